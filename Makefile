@@ -1,0 +1,44 @@
+# AIGC Hub — the four commands a developer needs.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed-dev
+
+.PHONY: up test check bench install dev clean
+
+$(VENV)/bin/python:
+	python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install -q -e .
+	touch $@
+
+$(STAMP): pyproject.toml | $(VENV)/bin/python
+	$(PIP) install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+dev: $(STAMP)
+
+## Run the hub on embedded defaults (SQLite + embedded log under ./var) until Ctrl-C.
+up: $(VENV)/.installed
+	$(VENV)/bin/aigc-hub up
+
+## Install with the dev extra and run the whole suite.
+test: $(STAMP)
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+## Lint and type-check the package.
+check: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/mypy
+
+## Print the benchmark figures (see docs/benchmarks.md).
+bench: $(STAMP)
+	$(PY) bench/roundtrip.py
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Pure types of the backbone: envelope, ids, clock, errors and retry maths. No I/O here."""

@@ -1,0 +1,67 @@
+"""The error tree of the hub.
+
+::
+
+    HubError
+    ├── RetryableError          a failure that may pass if tried again (timeouts, 5xx, locks)
+    │   └── StaleTransition     a guarded update matched no row: re-read, then decide again
+    ├── PermanentError          a failure that no retry can fix: straight to the DLQ
+    │   ├── EnvelopeError       bytes that are not a valid envelope (names the field)
+    │   └── SchemaError         unknown event type or version, or an invalid payload
+    ├── ConfigurationError      settings or wiring that cannot work
+    └── Retry                   flow control, not a failure: "try again after ``delay``"
+
+A class's docstring is its default message.
+"""
+
+from __future__ import annotations
+
+
+class HubError(Exception):
+    """An AIGC Hub error."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (type(self).__doc__ or type(self).__name__).strip())
+
+    @property
+    def message(self) -> str:
+        """The human-readable message."""
+        return str(self.args[0]) if self.args else ""
+
+
+class RetryableError(HubError):
+    """A transient failure; the same work may succeed when tried again."""
+
+
+class PermanentError(HubError):
+    """A failure that retrying cannot fix; the message goes to the dead-letter queue."""
+
+
+class EnvelopeError(PermanentError):
+    """The bytes are not a valid event envelope."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"envelope field {field!r}: {problem}")
+
+
+class SchemaError(PermanentError):
+    """The event type, version or payload does not match a registered schema."""
+
+
+class StaleTransition(RetryableError):
+    """A guarded state update matched no row: the state moved on or another writer won."""
+
+
+class ConfigurationError(HubError):
+    """The hub is configured or wired in a way that cannot work."""
+
+
+class Retry(HubError):
+    """Flow control: handle this message again after ``delay`` seconds; not an error."""
+
+    def __init__(self, delay: float, reason: str = "deferred") -> None:
+        self.delay = max(0.0, float(delay))
+        self.reason = reason
+        super().__init__(f"retry in {self.delay:g}s: {reason}")

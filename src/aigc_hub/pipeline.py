@@ -1,0 +1,90 @@
+"""Pipelines register like blueprints: topics, event schemas, handlers and scanners.
+
+A pipeline module builds one :class:`Pipeline`; the composition root includes it in the hub.
+The backbone never imports a pipeline; pipelines import the backbone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pydantic
+
+from aigc_hub.messaging.catalog import TopicSpec
+
+if TYPE_CHECKING:
+    from aigc_hub.core.envelope import Envelope
+    from aigc_hub.runtime.context import HandlerContext
+
+#: A consumer handler: does its outside work, stages its writes on ``ctx``, returns events.
+Handler = Callable[["Envelope", "HandlerContext"], Awaitable[list["Envelope"]]]
+
+M = TypeVar("M", bound=type[pydantic.BaseModel])
+H = TypeVar("H", bound=Handler)
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    """An event type at one schema version, with its payload model and topic."""
+
+    name: str
+    version: int
+    model: type[pydantic.BaseModel]
+    topic: str | None = None
+
+
+@dataclass(frozen=True)
+class HandlerSpec:
+    """A consumer group: which topics it reads, its handler and its limits."""
+
+    group: str
+    topics: tuple[str, ...]
+    handler: Handler
+    concurrency: int = 4
+    timeout: float | None = None
+    pipeline: str = ""
+
+
+@dataclass
+class Pipeline:
+    """A named bundle of topics, event schemas and consumer handlers."""
+
+    name: str
+    topics: list[TopicSpec] = field(default_factory=list)
+    events: list[EventSpec] = field(default_factory=list)
+    handlers: list[HandlerSpec] = field(default_factory=list)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def topic(self, spec: TopicSpec) -> TopicSpec:
+        """Declare a topic this pipeline uses (it may also be in the seeded catalog)."""
+        self.topics.append(spec)
+        return spec
+
+    def event(self, name: str, version: int = 1, *, topic: str | None = None) -> Callable[[M], M]:
+        """Class decorator: register a pydantic payload model as ``name`` at ``version``."""
+
+        def register(model: M) -> M:
+            self.events.append(EventSpec(name, version, model, topic))
+            return model
+
+        return register
+
+    def handler(
+        self,
+        group: str,
+        topics: Sequence[str],
+        *,
+        concurrency: int = 4,
+        timeout: float | None = None,
+    ) -> Callable[[H], H]:
+        """Function decorator: run this handler as consumer group ``group`` over ``topics``."""
+
+        def register(fn: H) -> H:
+            self.handlers.append(
+                HandlerSpec(group, tuple(topics), fn, concurrency, timeout, self.name)
+            )
+            return fn
+
+        return register

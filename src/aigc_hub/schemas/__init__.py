@@ -1,0 +1,1 @@
+"""Versioned event payload schemas: a registry of (event type, version) -> pydantic model."""

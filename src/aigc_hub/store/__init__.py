@@ -1,0 +1,1 @@
+"""The store seam: SQLAlchemy Core tables, async engines (SQLite, PostgreSQL), migrations."""

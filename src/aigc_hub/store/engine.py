@@ -1,0 +1,73 @@
+"""Async engines for SQLite (aiosqlite) and PostgreSQL (psycopg 3), set up for the backbone.
+
+SQLite: WAL journal, a busy timeout, and transactions we begin ourselves with
+``BEGIN IMMEDIATE`` (the writer lock is taken up front, so two processes never deadlock on a
+read-to-write upgrade) which also makes SAVEPOINT work under the pysqlite driver.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def normalize_url(url: str) -> str:
+    """Pick the async driver for a database URL: aiosqlite or psycopg."""
+    parsed = make_url(url)
+    if parsed.drivername in ("sqlite", "sqlite+aiosqlite"):
+        return parsed.set(drivername="sqlite+aiosqlite").render_as_string(hide_password=False)
+    if parsed.drivername in ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg_async"):
+        return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+    return url
+
+
+def is_sqlite(url_or_engine: str | AsyncEngine) -> bool:
+    """True for a SQLite URL or engine."""
+    if isinstance(url_or_engine, str):
+        return make_url(url_or_engine).get_backend_name() == "sqlite"
+    return url_or_engine.dialect.name == "sqlite"
+
+
+def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
+    """An async engine for ``url``; creates the SQLite file's folder when needed."""
+    url = normalize_url(url)
+    if is_sqlite(url):
+        return _sqlite_engine(url, **kwargs)
+    kwargs.setdefault("pool_size", 10)
+    kwargs.setdefault("max_overflow", 10)
+    kwargs.setdefault("pool_pre_ping", True)
+    return create_async_engine(url, **kwargs)
+
+
+def _sqlite_engine(url: str, **kwargs: Any) -> AsyncEngine:
+    database = make_url(url).database
+    if database and database != ":memory:":
+        Path(os.path.dirname(os.path.abspath(database))).mkdir(parents=True, exist_ok=True)
+    kwargs.setdefault("connect_args", {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+    engine = create_async_engine(url, **kwargs)
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy, not the driver, emit BEGIN (needed for SAVEPOINT and IMMEDIATE).
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: sa.Connection) -> None:
+        mode = conn.get_execution_options().get("sqlite_begin", "IMMEDIATE")
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+    return engine

@@ -1,0 +1,139 @@
+"""Tables the backbone owns: outbox, inbox, dead letters, redeliveries, leases, audit.
+
+Pipelines declare their own tables on the same ``metadata`` so one Alembic chain covers
+everything. Autoincrement keys use ``BigInteger`` on PostgreSQL and ``INTEGER`` on SQLite
+(SQLite only autoincrements an ``INTEGER PRIMARY KEY``).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = sa.MetaData(naming_convention=NAMING)
+
+BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+#: Events to publish, written in the producer's transaction; the relay publishes and marks.
+outbox = sa.Table(
+    "outbox",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("event_id", sa.String(36), nullable=False, unique=True),
+    sa.Column("topic", sa.String(200), nullable=False),
+    sa.Column("key", sa.String(200), nullable=False),
+    sa.Column("event_type", sa.String(200), nullable=False),
+    sa.Column("schema_version", sa.Integer, nullable=False),
+    sa.Column("tenant_id", sa.String(64), nullable=True),
+    sa.Column("envelope", sa.Text, nullable=False),
+    sa.Column("headers", sa.JSON, nullable=False, default=dict),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("published_at", sa.BigInteger, nullable=True),
+    sa.Column("attempt_count", sa.Integer, nullable=False, default=0),
+    sa.Index(
+        "ix_outbox_unpublished",
+        "id",
+        postgresql_where=sa.text("published_at IS NULL"),
+        sqlite_where=sa.text("published_at IS NULL"),
+    ),
+    sa.Index("ix_outbox_key_unpublished", "key", "id",
+             postgresql_where=sa.text("published_at IS NULL"),
+             sqlite_where=sa.text("published_at IS NULL")),
+)
+
+#: One row per (consumer, event) whose effect is committed: the exactly-once guard.
+inbox = sa.Table(
+    "inbox",
+    metadata,
+    sa.Column("consumer", sa.String(200), primary_key=True),
+    sa.Column("event_id", sa.String(36), primary_key=True),
+    sa.Column("processed_at", sa.BigInteger, nullable=False),
+    sa.Column("result_code", sa.String(40), nullable=True),
+)
+
+#: Messages no consumer could handle, with the reason; listed, replayed or dismissed by people.
+dead_letters = sa.Table(
+    "dead_letters",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("event_id", sa.String(36), nullable=True),
+    sa.Column("event_type", sa.String(200), nullable=True),
+    sa.Column("tenant_id", sa.String(64), nullable=True),
+    sa.Column("topic", sa.String(200), nullable=False),
+    sa.Column("partition", sa.Integer, nullable=True),
+    sa.Column("offset", sa.BigInteger, nullable=True),
+    sa.Column("key", sa.String(200), nullable=True),
+    sa.Column("consumer", sa.String(200), nullable=False),
+    sa.Column("pipeline", sa.String(100), nullable=False),
+    sa.Column("value", sa.LargeBinary, nullable=False),
+    sa.Column("headers", sa.JSON, nullable=False),
+    sa.Column("error_class", sa.String(200), nullable=False),
+    sa.Column("error_message", sa.Text, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("first_failure_at", sa.BigInteger, nullable=False),
+    sa.Column("last_failure_at", sa.BigInteger, nullable=False),
+    sa.Column("history", sa.JSON, nullable=False),
+    sa.Column("status", sa.String(20), nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("resolved_at", sa.BigInteger, nullable=True),
+    sa.Index("ix_dead_letters_status_created", "status", "created_at"),
+    sa.Index("ix_dead_letters_topic", "topic"),
+    sa.Index("ix_dead_letters_consumer", "consumer"),
+)
+
+#: Failing keys parked for delayed redelivery; rows of one (consumer, key) wait in seq order.
+redeliveries = sa.Table(
+    "redeliveries",
+    metadata,
+    sa.Column("seq", BigId, primary_key=True, autoincrement=True),
+    sa.Column("consumer", sa.String(200), nullable=False),
+    sa.Column("key", sa.String(200), nullable=False),
+    sa.Column("event_id", sa.String(36), nullable=True),
+    sa.Column("topic", sa.String(200), nullable=False),
+    sa.Column("partition", sa.Integer, nullable=False),
+    sa.Column("offset", sa.BigInteger, nullable=False),
+    sa.Column("value", sa.LargeBinary, nullable=False),
+    sa.Column("headers", sa.JSON, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("redeliveries", sa.Integer, nullable=False, default=0),
+    sa.Column("due_at", sa.BigInteger, nullable=True),
+    sa.Column("state", sa.String(20), nullable=False),
+    sa.Column("error_class", sa.String(200), nullable=True),
+    sa.Column("error_message", sa.Text, nullable=True),
+    sa.Column("first_failure_at", sa.BigInteger, nullable=True),
+    sa.Column("last_failure_at", sa.BigInteger, nullable=True),
+    sa.Column("history", sa.JSON, nullable=False),
+    sa.Index("ix_redeliveries_consumer_key_seq", "consumer", "key", "seq"),
+    sa.Index("ix_redeliveries_due", "state", "due_at"),
+)
+
+#: Named leases with an owner token and a fencing token that only grows.
+leases = sa.Table(
+    "leases",
+    metadata,
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("owner", sa.String(100), nullable=False),
+    sa.Column("expires_at", sa.BigInteger, nullable=False),
+    sa.Column("fencing_token", sa.BigInteger, nullable=False),
+)
+
+#: Who did what to what, when, with which result: every operator action lands here.
+audit_log = sa.Table(
+    "audit_log",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("at", sa.BigInteger, nullable=False),
+    sa.Column("actor", sa.String(200), nullable=False),
+    sa.Column("action", sa.String(100), nullable=False),
+    sa.Column("target", sa.String(200), nullable=False),
+    sa.Column("result", sa.String(40), nullable=False),
+    sa.Column("detail", sa.JSON, nullable=False),
+    sa.Index("ix_audit_log_at", "at"),
+)

@@ -1,0 +1,96 @@
+"""Shared fixtures: databases (SQLite file and real PostgreSQL) and service gating.
+
+A missing service skips its tests locally, with a hint, and fails them under CI (CI=true).
+PostgreSQL tests clone a template database built once per session from the migrations.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from aigc_hub.store import engine as store_engine
+from aigc_hub.store import migrate
+
+PG_URL = os.environ.get("AIGC_HUB_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+TEMPLATE_DB = "aigc_hub_test_template"
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def service_missing(what: str, hint: str) -> None:
+    """Fail under CI, skip locally: a missing service must never pass silently in CI."""
+    message = f"{what} is not reachable ({hint})"
+    if IN_CI:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def _admin_engine() -> sa.Engine:
+    url = make_url(PG_URL).set(drivername="postgresql+psycopg")
+    return sa.create_engine(url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[str]:
+    """Build the migrated template database once per session; yields its name."""
+    try:
+        admin = _admin_engine()
+        with admin.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except Exception as exc:  # noqa: BLE001 - any connection failure means "not reachable"
+        service_missing("PostgreSQL", f"{PG_URL}: {exc.__class__.__name__}; start it or set "
+                        "AIGC_HUB_TEST_PG_URL")
+        raise
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{TEMPLATE_DB}" WITH (FORCE)'))
+        conn.execute(sa.text(f'CREATE DATABASE "{TEMPLATE_DB}"'))
+    url = make_url(PG_URL).set(database=TEMPLATE_DB).render_as_string(hide_password=False)
+    migrate.upgrade(url)
+    yield TEMPLATE_DB
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{TEMPLATE_DB}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture
+def pg_url(pg_template: str) -> Iterator[str]:
+    """A fresh, migrated PostgreSQL database for one test (cloned from the template)."""
+    name = f"aigc_hub_t_{uuid.uuid4().hex[:12]}"
+    admin = _admin_engine()
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"'))
+    yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A fresh, migrated SQLite file for one test."""
+    url = f"sqlite:///{tmp_path / 'hub.db'}"
+    migrate.upgrade(url)
+    return url
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest) -> str:
+    """The same test on a SQLite file and on PostgreSQL."""
+    if request.param == "sqlite":
+        return str(request.getfixturevalue("sqlite_url"))
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+async def db(db_url: str) -> AsyncIterator[AsyncEngine]:
+    """An async engine on a fresh, migrated database (SQLite and PostgreSQL)."""
+    engine = store_engine.create_engine(db_url)
+    yield engine
+    await engine.dispose()
