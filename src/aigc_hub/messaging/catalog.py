@@ -40,8 +40,13 @@ def _days(n: int) -> int:
 _SEEDED: tuple[TopicSpec, ...] = (
     # backbone (seed 000 §9.1, §9.3.3)
     TopicSpec(DLQ_TOPIC, 3, None, pipeline="system", note="dead letters of every consumer"),
-    TopicSpec(RETRY_TOPIC, 6, _days(7), pipeline="system",
-              note="delayed redeliveries; partitions and retention not given by the seed"),
+    TopicSpec(
+        RETRY_TOPIC,
+        6,
+        _days(7),
+        pipeline="system",
+        note="delayed redeliveries; partitions and retention not given by the seed",
+    ),
     # avcc (seed 000 §9.1)
     TopicSpec("topic.avcc.apply.created", 6, _days(7), pipeline="avcc"),
     TopicSpec("topic.review.task.finished", 12, _days(7), pipeline="avcc"),
@@ -54,18 +59,33 @@ _SEEDED: tuple[TopicSpec, ...] = (
     TopicSpec("embeddings-generated", 24, _days(3), pipeline="documents"),
     TopicSpec("ai-analysis-requests", 12, _days(7), pipeline="documents"),
     TopicSpec("ai-analysis-completed", 12, _days(30), pipeline="documents"),
-    TopicSpec("analysis-dlq", 3, _days(30), pipeline="documents",
-              note="seed 003's DLQ; the hub dead-letters into topic.system.dlq"),
+    TopicSpec(
+        "analysis-dlq",
+        3,
+        _days(30),
+        pipeline="documents",
+        note="seed 003's DLQ; the hub dead-letters into topic.system.dlq",
+    ),
     # vistack (seed 002; numbers not given by the seed)
     *(
-        TopicSpec(name, 12, _days(7), pipeline="vistack",
-                  note="partitions and retention not given by the seed")
+        TopicSpec(
+            name,
+            12,
+            _days(7),
+            pipeline="vistack",
+            note="partitions and retention not given by the seed",
+        )
         for name in ("transcode", "delete_file", "danmaku", "comment")
     ),
     # generation (seed 004 §3.5.3; numbers not given by the seed)
     *(
-        TopicSpec(name, 12, _days(7), pipeline="generation",
-                  note="partitions and retention not given by the seed")
+        TopicSpec(
+            name,
+            12,
+            _days(7),
+            pipeline="generation",
+            note="partitions and retention not given by the seed",
+        )
         for name in (
             "generation.dispatch",
             "provider.status.observe",

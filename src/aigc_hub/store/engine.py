@@ -7,14 +7,16 @@ read-to-write upgrade) which also makes SAVEPOINT work under the pysqlite driver
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
@@ -71,3 +73,11 @@ def _sqlite_engine(url: str, **kwargs: Any) -> AsyncEngine:
         conn.exec_driver_sql(f"BEGIN {mode}")
 
     return engine
+
+
+@contextlib.asynccontextmanager
+async def reader(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A connection for reads: on SQLite it begins DEFERRED so it never takes the write lock."""
+    async with engine.connect() as conn:
+        conn = await conn.execution_options(sqlite_begin="DEFERRED")
+        yield conn

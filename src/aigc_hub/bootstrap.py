@@ -1,0 +1,173 @@
+"""The composition root: Settings in, a running hub out. Tests call the same code with memory parts.
+
+Nothing here opens a connection at import time; :meth:`Hub.start` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from aigc_hub.core.clock import Clock, SystemClock
+from aigc_hub.core.errors import ConfigurationError
+from aigc_hub.core.failpoints import NONE, Failpoints
+from aigc_hub.core.retry import DELAYED, IN_PROCESS, RetryPolicy
+from aigc_hub.messaging.base import Broker
+from aigc_hub.messaging.catalog import TopicCatalog, seeded_catalog
+from aigc_hub.pipeline import HandlerSpec, Pipeline
+from aigc_hub.reliability.dlq import DeadLetterStore
+from aigc_hub.reliability.outbox import EventRoutes, OutboxWriter
+from aigc_hub.reliability.redelivery import RedeliveryStore
+from aigc_hub.reliability.relay import Relay
+from aigc_hub.runtime.committer import Committer
+from aigc_hub.runtime.consumer import ConsumerGroupRuntime, RuntimeDeps
+from aigc_hub.schemas.registry import SchemaRegistry
+from aigc_hub.settings import Settings
+from aigc_hub.store import engine as store_engine
+from aigc_hub.store import migrate
+
+log = logging.getLogger(__name__)
+
+
+def load_pipelines(paths: Sequence[str]) -> list[Pipeline]:
+    """Import each ``module:attribute`` and return the Pipeline objects."""
+    out: list[Pipeline] = []
+    for path in paths:
+        module_name, _, attr = path.partition(":")
+        if not module_name or not attr:
+            raise ConfigurationError(f"pipeline {path!r} is not 'module:attribute'")
+        try:
+            obj = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigurationError(f"cannot load pipeline {path!r}: {exc}") from None
+        if not isinstance(obj, Pipeline):
+            raise ConfigurationError(f"{path!r} is a {type(obj).__name__}, not a Pipeline")
+        out.append(obj)
+    return out
+
+
+class Hub:
+    """Store, broker, outbox, relay, DLQ and one runtime per consumer group, wired together."""
+
+    def __init__(
+        self,
+        *,
+        engine: AsyncEngine,
+        broker: Broker,
+        pipelines: Sequence[Pipeline] = (),
+        clock: Clock | None = None,
+        catalog: TopicCatalog | None = None,
+        failpoints: Failpoints = NONE,
+        in_process: RetryPolicy = IN_PROCESS,
+        delayed: RetryPolicy = DELAYED,
+        concurrency: int | None = None,
+        commit_batch: int = 256,
+        commit_wait: float = 0.002,
+        relay_batch: int = 500,
+    ) -> None:
+        self.engine = engine
+        self.broker = broker
+        self.pipelines = list(pipelines)
+        self.clock = clock or SystemClock()
+        self.catalog = catalog or seeded_catalog()
+        self.failpoints = failpoints
+        self.registry = SchemaRegistry.from_pipelines(self.pipelines)
+        self.routes = EventRoutes()
+        for pipeline in self.pipelines:
+            for spec in pipeline.topics:
+                self.catalog.add(spec)
+            for event in pipeline.events:
+                if event.topic:
+                    self.routes.add(event.name, event.topic)
+        self.outbox = OutboxWriter(self.routes, self.clock)
+        self.relay = Relay(engine, broker, self.clock, batch_size=relay_batch, failpoints=failpoints)
+        self.committer = Committer(
+            engine, self.outbox, self.clock, max_batch=commit_batch, max_wait=commit_wait,
+            on_emitted=self.relay.wake,
+        )
+        self.dlq = DeadLetterStore(engine, self.outbox, self.clock)
+        self.redeliveries = RedeliveryStore(engine)
+        self.deps = RuntimeDeps(
+            engine=engine, broker=broker, registry=self.registry, committer=self.committer,
+            dlq=self.dlq, redeliveries=self.redeliveries, clock=self.clock,
+            in_process=in_process, delayed=delayed, failpoints=failpoints,
+        )
+        self.concurrency = concurrency
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, pipelines: Sequence[Pipeline] = (), **overrides: object
+    ) -> Hub:
+        """Build the hub the settings describe (engines are created, not yet connected)."""
+        engine = store_engine.create_engine(settings.resolved_database_url())
+        broker = make_broker(settings)
+        loaded = [*pipelines, *load_pipelines(settings.pipeline_paths())]
+        return cls(
+            engine=engine, broker=broker, pipelines=loaded,
+            concurrency=overrides.pop("concurrency", None) or settings.concurrency,  # type: ignore[arg-type]
+            commit_batch=settings.commit_batch, commit_wait=settings.commit_wait_ms / 1000,
+            relay_batch=settings.relay_batch, **overrides,  # type: ignore[arg-type]
+        )
+
+    @property
+    def handler_specs(self) -> list[HandlerSpec]:
+        """Every consumer group of every included pipeline."""
+        return [spec for p in self.pipelines for spec in p.handlers]
+
+    def runtime(self, spec: HandlerSpec, **options: object) -> ConsumerGroupRuntime:
+        """A runtime for one consumer group (not started)."""
+        if self.concurrency and "concurrency" not in options:
+            options["concurrency"] = self.concurrency
+        return ConsumerGroupRuntime(spec, self.deps, **options)  # type: ignore[arg-type]
+
+    async def start(self) -> None:
+        """Create the broker's topics (catalog + pipelines)."""
+        await self.broker.ensure_topics(list(self.catalog))
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncConnection]:
+        """A write transaction for a service call; the relay is woken after it commits."""
+        async with self.engine.begin() as conn:
+            yield conn
+        self.relay.wake()
+
+    async def run(self, stop: asyncio.Event, groups: Sequence[str] | None = None) -> None:
+        """Run the relay and the consumer groups (all, or those named) until ``stop`` is set."""
+        specs = [s for s in self.handler_specs if groups is None or s.group in groups]
+        tasks = [asyncio.create_task(self.relay.run(stop), name="relay")]
+        tasks += [asyncio.create_task(self.runtime(s).run(stop), name=s.group) for s in specs]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Stop the committer, close the broker and the database engine."""
+        await self.committer.close()
+        await self.broker.close()
+        await self.engine.dispose()
+
+
+def make_broker(settings: Settings) -> Broker:
+    """The messaging engine the settings name."""
+    if settings.broker == "memory":
+        from aigc_hub.messaging.memory import MemoryBroker
+
+        return MemoryBroker()
+    from aigc_hub.messaging.embedded import EmbeddedBroker
+
+    return EmbeddedBroker(settings.resolved_log_path())
+
+
+def prepare_database(settings: Settings) -> str:
+    """Apply migrations to the configured database; returns the URL (used by ``up``)."""
+    url = settings.resolved_database_url()
+    migrate.upgrade(url)
+    return url

@@ -1,0 +1,1 @@
+"""The ``aigc-hub`` command line: Typer apps, one module per command group."""

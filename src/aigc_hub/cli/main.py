@@ -1,0 +1,58 @@
+"""``aigc-hub``, the console script: the root Typer app and the command groups it mounts."""
+
+from __future__ import annotations
+
+from importlib import metadata
+from typing import Annotated
+
+import typer
+
+from aigc_hub.cli import common, schemas, topics
+
+# Paragraphs are single lines: the help renderer keeps line breaks as they are.
+HELP = "\n\n".join(
+    (
+        "AIGC Hub: an event backbone for long, costly, unreliable AI-content jobs.",
+        "Requests start work through a transactional outbox; consumers give every event an "
+        "exactly-once effect (inbox marks, guarded state updates); failures retry with backoff "
+        "or go to the dead-letter queue. Pipelines (generation, avcc, documents, vistack) plug "
+        "in as blueprints, listed in AIGC_HUB_PIPELINES as module:attribute, comma separated.",
+        "Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 conflict, 5 unavailable, "
+        "6 incompatible, 70 internal error, 78 configuration.",
+    )
+)
+
+app = common.new_app("aigc-hub", HELP)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        try:
+            version = metadata.version("aigc-hub")
+        except metadata.PackageNotFoundError:
+            version = "unknown (not installed)"
+        typer.echo(f"aigc-hub {version}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Options that apply to every command."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Command groups and commands: one line each. Add new ones here, e.g.
+#     app.add_typer(db.app, name="db")
+#     app.add_typer(dlq.app, name="dlq")
+#     app.command("up")(up.up)
+# (build sub-apps with common.new_app(...) so their errors are reported like everyone else's)
+# ---------------------------------------------------------------------------------------------
+app.add_typer(schemas.app, name="schemas")
+app.add_typer(topics.app, name="topics")

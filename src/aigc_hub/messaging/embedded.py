@@ -1,0 +1,402 @@
+"""A durable partitioned log in one SQLite file (WAL), shared by every process that opens it.
+
+Appends take the file's write lock (``BEGIN IMMEDIATE``) once per batch and assign
+consecutive offsets from each partition's ``next_offset`` row; reads begin ``DEFERRED`` and
+never block writers. Brokers of one file in one process wake each other on append; other
+processes notice by polling every ``poll_interval`` seconds. Publishing to an undeclared
+topic creates it with one partition and no retention, as the memory broker does.
+Retention deletes, per partition, the prefix of records older than the topic's
+``retention_ms``, whatever the groups have committed (Kafka semantics): a group behind the
+log start goes on from the oldest record left. Group membership is in ``embedded_consumer``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import os
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from aigc_hub.core.clock import Clock, SystemClock
+from aigc_hub.messaging import embedded_consumer
+from aigc_hub.messaging import embedded_schema as schema
+from aigc_hub.messaging.base import (
+    Features,
+    OutgoingMessage,
+    PartitionLag,
+    RebalanceCallback,
+    TopicPartition,
+    partition_for,
+)
+from aigc_hub.messaging.catalog import TopicSpec
+from aigc_hub.store import engine as store_engine
+
+log = logging.getLogger(__name__)
+
+#: Records deleted per retention transaction, so the write lock is never held for long.
+RETENTION_CHUNK = 5_000
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """A topic's id and its partitions' ids, index = partition number (fixed once created)."""
+
+    id: int
+    tp_ids: tuple[int, ...]
+
+
+class EmbeddedBroker:
+    """A broker on a SQLite log file; safe for many tasks, brokers and processes at once.
+
+    Intervals are seconds of real time; leases and record timestamps use ``clock``.
+    Nothing touches the file before the first call (or ``start()``).
+    """
+
+    features = Features(
+        ordered_by_key=True,
+        persistent=True,
+        consumer_groups=True,
+        cross_process=True,
+        retention=True,
+    )
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        clock: Clock | None = None,
+        poll_interval: float = 0.025,
+        heartbeat_interval: float = 1.0,
+        lease_ttl: float = 6.0,
+        max_poll_interval: float = 300.0,
+        retention_interval: float | None = 60.0,
+    ) -> None:
+        self.path = os.path.abspath(path)
+        self.clock: Clock = clock or SystemClock()
+        self.poll_interval = poll_interval
+        self.heartbeat_interval = heartbeat_interval
+        self.lease_ttl = lease_ttl
+        self.max_poll_interval = max_poll_interval
+        self.retention_interval = retention_interval
+        self._engine: AsyncEngine | None = None
+        self._reader: AsyncEngine | None = None
+        self._signal: schema.Signal | None = None
+        self._start_lock: asyncio.Lock | None = None
+        self._retention_task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+        self._topics: dict[str, TopicInfo] = {}
+        self._uncommitted_topics: list[str] = []
+        self._tp_names: dict[int, TopicPartition] = {}
+        self._consumers: list[embedded_consumer.EmbeddedConsumer] = []
+        self._sticky = itertools.count()
+        self._closed = False
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the file, create the tables when missing, start the retention task; idempotent."""
+        if self._closed:
+            raise RuntimeError("broker is closed")
+        if self._engine is not None:
+            return
+        self._start_lock = self._start_lock or asyncio.Lock()
+        async with self._start_lock:
+            if self._engine is not None:
+                return
+            engine = store_engine.create_engine(f"sqlite:///{self.path}")
+            async with engine.begin() as conn:
+                await conn.run_sync(schema.metadata.create_all)
+            self._signal = schema.signal_for(self.path)
+            self._reader = engine.execution_options(sqlite_begin="DEFERRED")
+            if self.retention_interval is not None:
+                self._retention_task = asyncio.create_task(self._retention_loop())
+            self._engine = engine
+
+    async def close(self) -> None:
+        """Close this broker's consumers (releasing their partitions), stop tasks, dispose."""
+        if self._closed:
+            return
+        for consumer in list(self._consumers):
+            await consumer.close()
+        self._closed = True
+        self._stop.set()
+        if self._retention_task is not None:
+            await self._retention_task  # it finishes its pass; no cancel inside a transaction
+        if self._engine is not None:
+            await self._engine.dispose()
+
+    # -- the Broker protocol -------------------------------------------------------------
+
+    async def ensure_topics(self, specs: Sequence[TopicSpec]) -> None:
+        """Create missing topics; an existing one must have as many partitions (else ValueError).
+
+        An existing topic takes the spec's retention.
+        """
+        await self.start()
+        t = schema.topics
+        async with self.writing() as conn:
+            for spec in specs:
+                row = (
+                    await conn.execute(
+                        sa.select(t.c.partitions, t.c.retention_ms).where(t.c.name == spec.name)
+                    )
+                ).first()
+                if row is None:
+                    await self._create_topic(conn, spec.name, spec.partitions, spec.retention_ms)
+                elif row.partitions != spec.partitions:
+                    have, want = row.partitions, spec.partitions
+                    raise ValueError(f"topic {spec.name!r} has {have} partitions, not {want}")
+                elif row.retention_ms != spec.retention_ms:
+                    await conn.execute(
+                        t.update()
+                        .where(t.c.name == spec.name)
+                        .values(retention_ms=spec.retention_ms)
+                    )
+
+    async def publish(self, messages: Sequence[OutgoingMessage]) -> None:
+        """Append all messages in one transaction, in input order per partition; durable then."""
+        if not messages:
+            return
+        await self.start()
+        now = self.clock.now_ms()
+        keyless = next(self._sticky)  # one partition per batch for keyless messages
+        p = schema.partitions
+        async with self.writing() as conn:
+            infos = await self.topic_infos(conn, {m.topic for m in messages}, create=True)
+            by_tp: dict[int, list[OutgoingMessage]] = {}
+            for msg in messages:
+                tp_ids = infos[msg.topic].tp_ids
+                tp_id = tp_ids[partition_for(msg.key, len(tp_ids), fallback=keyless)]
+                by_tp.setdefault(tp_id, []).append(msg)
+            bump = sa.case({tp_id: len(batch) for tp_id, batch in by_tp.items()}, value=p.c.id)
+            ends = await conn.execute(
+                p.update()
+                .where(p.c.id.in_(list(by_tp)))
+                .values(next_offset=p.c.next_offset + bump)
+                .returning(p.c.id, p.c.next_offset)
+            )
+            rows: list[dict[str, Any]] = []
+            for tp_id, end in ends:
+                batch = by_tp[tp_id]
+                base = end - len(batch)
+                rows.extend(
+                    {
+                        "tp_id": tp_id,
+                        "offset": base + i,
+                        "key": m.key,
+                        "value": m.value,
+                        "headers": json.dumps(dict(m.headers)) if m.headers else "{}",
+                        "timestamp_ms": now,
+                    }
+                    for i, m in enumerate(batch)
+                )
+            await conn.execute(schema.records.insert(), rows)
+        self.signal.notify()
+
+    def consumer(
+        self,
+        group: str,
+        topics: Sequence[str],
+        *,
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+    ) -> embedded_consumer.EmbeddedConsumer:
+        """A new member of ``group``; it joins on its first ``fetch``."""
+        if self._closed:
+            raise RuntimeError("broker is closed")
+        member = embedded_consumer.EmbeddedConsumer(
+            self, group, tuple(topics), on_assign=on_assign, on_revoke=on_revoke
+        )
+        self._consumers.append(member)
+        return member
+
+    async def lag(self, group: str, topics: Sequence[str]) -> list[PartitionLag]:
+        """Committed offset, end offset, oldest unconsumed timestamp per existing partition.
+
+        In the order of ``topics``, then by partition; a group that never committed is at 0.
+        """
+        await self.start()
+        t, p, r, gp = schema.topics, schema.partitions, schema.records, schema.group_partitions
+        committed = sa.func.coalesce(gp.c.committed, 0)
+        oldest = (
+            sa.select(r.c.timestamp_ms)
+            .where(r.c.tp_id == p.c.id, r.c.offset >= committed)
+            .order_by(r.c.offset)
+            .limit(1)
+            .scalar_subquery()
+        )
+        query = (
+            sa.select(t.c.name, p.c.partition, committed, p.c.next_offset, oldest)
+            .join_from(t, p, p.c.topic_id == t.c.id)
+            .outerjoin(gp, sa.and_(gp.c.tp_id == p.c.id, gp.c.grp == group))
+            .where(t.c.name.in_(list(topics)))
+        )
+        async with self.reading() as conn:
+            rows = (await conn.execute(query)).all()
+        rank = {name: i for i, name in enumerate(dict.fromkeys(topics))}
+        ordered = sorted(rows, key=lambda row: (rank[row[0]], row[1]))  # as asked, by partition
+        return [PartitionLag(group, *row) for row in ordered]
+
+    # -- retention -------------------------------------------------------------------------
+
+    async def enforce_retention(self) -> int:
+        """Delete each partition's prefix of records older than its topic's retention; a count.
+
+        Stops at a partition's first young record (as Kafka deletes whole old segments), in
+        short transactions, so concurrent appends and fetches carry on.
+        """
+        await self.start()
+        t, p = schema.topics, schema.partitions
+        now = self.clock.now_ms()
+        async with self.reading() as conn:
+            rows = await conn.execute(
+                sa.select(p.c.id, t.c.retention_ms)
+                .join_from(p, t, p.c.topic_id == t.c.id)
+                .where(t.c.retention_ms.is_not(None))
+            )
+            targets = rows.all()
+        deleted = 0
+        for tp_id, retention_ms in targets:
+            deleted += await self._expire_partition(tp_id, now - retention_ms)
+        return deleted
+
+    async def _expire_partition(self, tp_id: int, cutoff_ms: int) -> int:
+        r = schema.records
+        deleted = 0
+        while True:
+            head = (
+                sa.select(r.c.offset, r.c.timestamp_ms)
+                .where(r.c.tp_id == tp_id)
+                .order_by(r.c.offset)
+                .limit(RETENTION_CHUNK)
+                .subquery()
+            )
+            first_young = sa.func.min(sa.case((head.c.timestamp_ms >= cutoff_ms, head.c.offset)))
+            probe = sa.select(first_young, sa.func.max(head.c.offset), sa.func.count())
+            async with self.reading() as conn:  # most passes find nothing: no write lock
+                young, last, n = (await conn.execute(probe)).one()
+            upto = young if young is not None else (last + 1 if n else None)
+            if upto is not None:
+                # Only appends (above) and retention (the same prefix) can have run meanwhile.
+                async with self.writing() as conn:
+                    stmt = r.delete().where(r.c.tp_id == tp_id, r.c.offset < upto)
+                    deleted += (await conn.execute(stmt)).rowcount
+            if young is not None or n < RETENTION_CHUNK:
+                return deleted
+
+    async def _retention_loop(self) -> None:
+        assert self.retention_interval is not None
+        while not await schema.stopped_within(self._stop, self.retention_interval):
+            try:
+                removed = await self.enforce_retention()
+            except Exception:
+                log.exception("retention pass failed on %s", self.path)
+            else:
+                if removed:
+                    log.info("retention removed %d records from %s", removed, self.path)
+
+    # -- helpers shared with EmbeddedConsumer ----------------------------------------------
+
+    @property
+    def signal(self) -> schema.Signal:
+        """This file's in-process wake-up and write lock (after ``start``)."""
+        assert self._signal is not None, "broker not started"
+        return self._signal
+
+    @contextlib.asynccontextmanager
+    async def writing(self) -> AsyncIterator[AsyncConnection]:
+        """A write transaction (BEGIN IMMEDIATE), serialized with this process's other writers."""
+        assert self._engine is not None, "broker not started"
+        async with self.signal.write_lock:
+            self._uncommitted_topics = []
+            try:
+                async with self._engine.begin() as conn:
+                    yield conn
+            except BaseException:
+                for name in self._uncommitted_topics:  # created in a rolled-back transaction
+                    for tp_id in self._topics.pop(name).tp_ids:
+                        self._tp_names.pop(tp_id, None)
+                raise
+
+    @contextlib.asynccontextmanager
+    async def reading(self) -> AsyncIterator[AsyncConnection]:
+        """A read transaction (BEGIN DEFERRED): one consistent snapshot, no write lock."""
+        assert self._reader is not None, "broker not started"
+        async with self._reader.begin() as conn:
+            yield conn
+
+    def tp_id(self, tp: TopicPartition) -> int | None:
+        """The partition id of a topic-partition whose topic is loaded, else None."""
+        info = self._topics.get(tp.topic)
+        if info is None or not 0 <= tp.partition < len(info.tp_ids):
+            return None
+        return info.tp_ids[tp.partition]
+
+    def discard_consumer(self, consumer: embedded_consumer.EmbeddedConsumer) -> None:
+        """Forget a closed consumer."""
+        with contextlib.suppress(ValueError):
+            self._consumers.remove(consumer)
+
+    def tp_name(self, tp_id: int) -> TopicPartition:
+        """The topic-partition of a partition id loaded by :meth:`topic_infos`."""
+        return self._tp_names[tp_id]
+
+    async def topic_infos(
+        self, conn: AsyncConnection, names: set[str], *, create: bool = False
+    ) -> dict[str, TopicInfo]:
+        """Ids of the named topics that exist (creating missing ones with one partition)."""
+        missing = names - self._topics.keys()
+        if missing:
+            t, p = schema.topics, schema.partitions
+            rows = await conn.execute(
+                sa.select(t.c.name, t.c.id, p.c.id)
+                .join_from(t, p, p.c.topic_id == t.c.id)
+                .where(t.c.name.in_(missing))
+                .order_by(t.c.name, p.c.partition)
+            )
+            found: dict[str, tuple[int, list[int]]] = {}
+            for name, topic_id, tp_id in rows:
+                found.setdefault(name, (topic_id, []))[1].append(tp_id)
+            for name, (topic_id, tp_ids) in found.items():
+                self._remember(name, TopicInfo(topic_id, tuple(tp_ids)))
+            for name in missing - found.keys() if create else ():
+                await self._create_topic(conn, name, 1, None)
+        return {n: self._topics[n] for n in names if n in self._topics}
+
+    async def _create_topic(
+        self, conn: AsyncConnection, name: str, partitions: int, retention_ms: int | None
+    ) -> None:
+        if partitions < 1:
+            raise ValueError(f"topic {name!r} needs at least one partition")
+        t, p = schema.topics, schema.partitions
+        topic_id = (
+            await conn.execute(
+                t.insert()
+                .values(name=name, partitions=partitions, retention_ms=retention_ms)
+                .returning(t.c.id)
+            )
+        ).scalar_one()
+        tp_ids = (
+            await conn.execute(
+                p.insert().returning(p.c.id, sort_by_parameter_order=True),
+                [
+                    {"topic_id": topic_id, "partition": i, "next_offset": 0}
+                    for i in range(partitions)
+                ],
+            )
+        ).scalars()
+        self._remember(name, TopicInfo(topic_id, tuple(tp_ids)))
+        self._uncommitted_topics.append(name)
+
+    def _remember(self, name: str, info: TopicInfo) -> None:
+        self._topics[name] = info
+        for partition, tp_id in enumerate(info.tp_ids):
+            self._tp_names[tp_id] = TopicPartition(name, partition)

@@ -1,0 +1,116 @@
+"""The embedded log's private file format, and the in-process signals its brokers share.
+
+One SQLite file holds topics, partitions (each with the next offset to assign), records
+keyed by (partition id, offset), and per group: committed offsets, partition owners with
+lease expiry, live members and a generation bumped whenever partitions need re-spreading.
+It has its own metadata (not the hub's tables) and is created with ``create_all``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+#: Topics: partition count is fixed at creation; retention may change (None = keep forever).
+topics = sa.Table(
+    "topics",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("name", sa.Text, nullable=False, unique=True),
+    sa.Column("partitions", sa.Integer, nullable=False),
+    sa.Column("retention_ms", sa.BigInteger, nullable=True),
+)
+
+#: One row per partition; ``next_offset`` is the end offset, bumped by each append.
+partitions = sa.Table(
+    "partitions",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("topic_id", sa.Integer, sa.ForeignKey("topics.id"), nullable=False),
+    sa.Column("partition", sa.Integer, nullable=False),
+    sa.Column("next_offset", sa.BigInteger, nullable=False),
+    sa.UniqueConstraint("topic_id", "partition"),
+)
+
+#: The log itself, clustered by (partition id, offset) so a fetch reads one contiguous range.
+records = sa.Table(
+    "records",
+    metadata,
+    sa.Column("tp_id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("offset", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("key", sa.Text, nullable=True),
+    sa.Column("value", sa.LargeBinary, nullable=False),
+    sa.Column("headers", sa.Text, nullable=False),  # a JSON object of str -> str
+    sa.Column("timestamp_ms", sa.BigInteger, nullable=False),
+    sqlite_with_rowid=False,
+)
+
+#: Per group and partition: committed offset and the member holding it until its lease ends.
+group_partitions = sa.Table(
+    "group_partitions",
+    metadata,
+    sa.Column("grp", sa.Text, primary_key=True),
+    sa.Column("tp_id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("committed", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("owner", sa.Text, nullable=True),
+    sa.Column("lease_expires_ms", sa.BigInteger, nullable=False, server_default="0"),
+)
+
+#: Members of a group; one counts as live while ``expires_ms`` is in the future.
+members = sa.Table(
+    "members",
+    metadata,
+    sa.Column("grp", sa.Text, primary_key=True),
+    sa.Column("member_id", sa.Text, primary_key=True),
+    sa.Column("expires_ms", sa.BigInteger, nullable=False),
+)
+
+#: Bumped on joins and releases, so members re-spread partitions without waiting a heartbeat.
+groups = sa.Table(
+    "groups",
+    metadata,
+    sa.Column("grp", sa.Text, primary_key=True),
+    sa.Column("generation", sa.Integer, nullable=False),
+)
+
+
+class Signal:
+    """What brokers of one file in one event loop share: an append wake-up and a write lock.
+
+    The lock keeps this process's writers from spinning in SQLite's busy handler; other
+    processes still meet at the file's own lock (BEGIN IMMEDIATE + busy timeout).
+    """
+
+    def __init__(self) -> None:
+        self.changed = asyncio.Event()
+        self.write_lock = asyncio.Lock()
+
+    def notify(self) -> None:
+        """Wake everyone waiting on the current event; later waiters get a fresh one."""
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+
+_SIGNALS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Signal]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def stopped_within(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait up to ``seconds`` for ``stop``; True when it is set (a loop's polite exit)."""
+    try:
+        async with asyncio.timeout(seconds):
+            await stop.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
+def signal_for(path: str) -> Signal:
+    """The signal of the log file at absolute ``path`` in the running event loop."""
+    per_loop = _SIGNALS.setdefault(asyncio.get_running_loop(), {})
+    return per_loop.setdefault(path, Signal())

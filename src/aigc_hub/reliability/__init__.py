@@ -1,0 +1,1 @@
+"""Reliability patterns, each implemented once: outbox + relay, inbox, DLQ, redelivery, leases."""

@@ -1,0 +1,55 @@
+"""The inbox: ``(consumer, event_id)`` rows that make a consumer's effect happen once.
+
+The mark is written in the same transaction as the handler's fact changes, so either both
+exist or neither does; a redelivered event finds its mark and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from aigc_hub.store import tables
+from aigc_hub.store.dialects import dialect_of
+
+I = tables.inbox
+
+
+async def mark(
+    conn: AsyncConnection, consumer: str, event_ids: Sequence[str], now_ms: int, result_code: str = "ok"
+) -> set[str]:
+    """Insert marks for ``event_ids``; returns the ids that were new (the others are duplicates)."""
+    if not event_ids:
+        return set()
+    unique = list(dict.fromkeys(event_ids))
+    stmt = (
+        dialect_of(conn)
+        .insert(I)
+        .values(
+            [
+                {"consumer": consumer, "event_id": eid, "processed_at": now_ms, "result_code": result_code}
+                for eid in unique
+            ]
+        )
+        .on_conflict_do_nothing(index_elements=[I.c.consumer, I.c.event_id])
+        .returning(I.c.event_id)
+    )
+    return {row[0] for row in await conn.execute(stmt)}
+
+
+async def unmark(conn: AsyncConnection, consumer: str, event_id: str) -> None:
+    """Remove a mark written earlier in this transaction (its effect was rolled back)."""
+    await conn.execute(sa.delete(I).where(I.c.consumer == consumer, I.c.event_id == event_id))
+
+
+async def seen(conn: AsyncConnection, consumer: str, event_ids: Iterable[str]) -> set[str]:
+    """Which of ``event_ids`` this consumer has already applied."""
+    wanted = list(event_ids)
+    if not wanted:
+        return set()
+    rows = await conn.execute(
+        sa.select(I.c.event_id).where(I.c.consumer == consumer, I.c.event_id.in_(wanted))
+    )
+    return {row[0] for row in rows}

@@ -1,0 +1,1 @@
+"""The consumer runtime: ordered-per-key, bounded, group-committed, retrying, dead-lettering."""

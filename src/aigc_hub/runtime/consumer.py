@@ -1,0 +1,387 @@
+"""A consumer group's runtime: per-key order, bounded concurrency across keys, safe offsets.
+
+Records are fetched in batches and queued per key; each key has one lane that handles its
+records strictly in order, and at most ``concurrency`` records run at once across lanes. A
+partition's offset is committed only up to the highest contiguous finished record, so a
+crash redelivers exactly what was not finished (the inbox absorbs what was). A key with a
+parked record holds its later records behind it; other keys are never held up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import pydantic
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from aigc_hub.core.clock import Clock
+from aigc_hub.core.envelope import Envelope
+from aigc_hub.core.errors import HubError, PermanentError
+from aigc_hub.core.failpoints import NONE, Crash, Failpoints
+from aigc_hub.core.retry import DELAYED, IN_PROCESS, RetryPolicy
+from aigc_hub.messaging.base import Broker, Consumer, Record, TopicPartition
+from aigc_hub.observability import metrics
+from aigc_hub.pipeline import HandlerSpec
+from aigc_hub.reliability import inbox
+from aigc_hub.reliability.dlq import DeadLetterStore
+from aigc_hub.reliability.redelivery import Parked, ParkRequest, RedeliveryStore
+from aigc_hub.runtime.committer import CommitStatus, Committer, Outcome
+from aigc_hub.runtime.context import HandlerContext
+from aigc_hub.runtime.failures import FailureRouter
+from aigc_hub.runtime.middleware import Middleware, compose
+from aigc_hub.runtime.middleware.dead_letter import DeadLetter
+from aigc_hub.runtime.middleware.metrics import Metrics
+from aigc_hub.runtime.middleware.retry import RetryInProcess
+from aigc_hub.runtime.middleware.timeout import Timeout
+from aigc_hub.runtime.offsets import OffsetTracker
+from aigc_hub.store.engine import reader
+
+log = logging.getLogger(__name__)
+
+#: How often due redeliveries are looked for when nothing wakes the timer (seed 002: 5 s).
+TIMER_SCAN_S = 5.0
+
+
+class PayloadDecoder(Protocol):
+    """Validates an envelope's payload against its registered schema."""
+
+    def decode(self, envelope: Envelope) -> pydantic.BaseModel:
+        """The payload model; raises SchemaError (a PermanentError) when it does not fit."""
+        ...
+
+
+@dataclass
+class RuntimeDeps:
+    """Collaborators shared by every consumer group of a hub."""
+
+    engine: AsyncEngine
+    broker: Broker
+    registry: PayloadDecoder
+    committer: Committer
+    dlq: DeadLetterStore
+    redeliveries: RedeliveryStore
+    clock: Clock
+    in_process: RetryPolicy = IN_PROCESS
+    delayed: RetryPolicy = DELAYED
+    failpoints: Failpoints = NONE
+
+
+@dataclass
+class _Item:
+    record: Record
+    envelope: Envelope | None
+    decode_error: HubError | None = None
+    duplicate: bool = False
+    redelivery: Parked | None = None
+
+
+class ConsumerGroupRuntime:
+    """Runs one :class:`HandlerSpec` as a member of its consumer group until stopped."""
+
+    def __init__(
+        self,
+        spec: HandlerSpec,
+        deps: RuntimeDeps,
+        *,
+        concurrency: int | None = None,
+        max_in_flight: int = 2000,
+        fetch_batch: int = 500,
+        extra_middleware: tuple[Middleware, ...] = (),
+    ) -> None:
+        self.spec = spec
+        self.deps = deps
+        self.group = spec.group
+        self.concurrency = concurrency or spec.concurrency
+        self.max_in_flight = max_in_flight
+        self.fetch_batch = fetch_batch
+        self.parked: set[str] = set()
+        self.tracker = OffsetTracker()
+        self._lanes: dict[str, deque[_Item]] = {}
+        self._lane_tasks: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(self.concurrency)
+        self._room = asyncio.Event()
+        self._room.set()
+        self._progress = asyncio.Event()
+        self._timer_wake = asyncio.Event()
+        self._in_timer: set[int] = set()
+        self._crash: BaseException | None = None
+        self._consumer: Consumer | None = None
+        self.finished = 0
+        self.failures = FailureRouter(
+            deps.engine, deps.dlq, deps.redeliveries, deps.clock, deps.delayed,
+            on_parked=self._mark_parked, on_released=self._mark_released,
+        )
+        self._chain = compose(
+            [
+                Metrics(),
+                DeadLetter(self.failures),
+                RetryInProcess(deps.in_process),
+                *extra_middleware,
+                Timeout(spec.timeout),
+            ],
+            self._terminal,
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event, *, shutdown_deadline: float = 10.0) -> None:
+        """Consume until ``stop`` is set, then finish in-flight work within the deadline.
+
+        A :class:`Crash` from a failpoint ends the run at once, committing nothing more,
+        as a killed process would.
+        """
+        self.parked = await self.deps.redeliveries.parked_keys(self.group)
+        metrics.PARKED_KEYS.labels(self.group).set(len(self.parked))
+        consumer = self.deps.broker.consumer(
+            self.group, list(self.spec.topics), on_revoke=self._on_revoke
+        )
+        self._consumer = consumer
+        helpers = [
+            asyncio.create_task(self._commit_loop(consumer, stop), name=f"{self.group}-commits"),
+            asyncio.create_task(self._timer_loop(stop), name=f"{self.group}-timers"),
+        ]
+        try:
+            await self._fetch_loop(consumer, stop)
+            if self._crash is None:
+                await self._finish_lanes(shutdown_deadline)
+        finally:
+            crashed = self._crash is not None
+            for task in [*helpers, *self._lane_tasks]:
+                task.cancel()
+            for task in [*helpers, *self._lane_tasks]:
+                with contextlib.suppress(asyncio.CancelledError, Crash, Exception):
+                    await task
+            if not crashed:
+                with contextlib.suppress(Exception):
+                    await self._commit_now(consumer)
+            # A crashed member commits nothing more; leaving the group is what the broker
+            # would do to a dead member after its session timeout.
+            await consumer.close()
+        if self._crash is not None:
+            raise self._crash
+
+    async def _fetch_loop(self, consumer: Consumer, stop: asyncio.Event) -> None:
+        while not stop.is_set() and self._crash is None:
+            room = self.max_in_flight - self.tracker.in_flight()
+            if room <= 0:
+                self._room.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._room.wait(), 0.1)
+                continue
+            records = await consumer.fetch(min(room, self.fetch_batch), timeout=0.1)
+            if records:
+                await self._dispatch(records)
+
+    async def _finish_lanes(self, deadline: float) -> None:
+        if self._lane_tasks:
+            _done, pending = await asyncio.wait(set(self._lane_tasks), timeout=deadline)
+            for task in pending:
+                task.cancel()
+
+    # -- dispatch ----------------------------------------------------------------------------
+
+    async def _dispatch(self, records: list[Record]) -> None:
+        items: list[_Item] = []
+        for rec in records:
+            try:
+                env = Envelope.from_bytes(rec.value)
+                items.append(_Item(rec, env))
+            except HubError as exc:
+                items.append(_Item(rec, None, decode_error=exc))
+        candidates = [i.envelope.event_id for i in items if i.envelope is not None]
+        if candidates:
+            async with reader(self.deps.engine) as conn:
+                seen = await inbox.seen(conn, self.group, candidates)
+            for item in items:
+                if item.envelope is not None and item.envelope.event_id in seen:
+                    item.duplicate = True
+        for item in items:
+            self.tracker.add(item.record.tp, item.record.offset)
+            self._enqueue(item)
+
+    def _lane_key(self, item: _Item) -> str:
+        if item.envelope is not None:
+            return item.envelope.key
+        rec = item.record
+        return rec.key if rec.key is not None else f"\x00{rec.topic}/{rec.partition}/{rec.offset}"
+
+    def _enqueue(self, item: _Item) -> None:
+        key = self._lane_key(item)
+        lane = self._lanes.get(key)
+        if lane is not None:
+            lane.append(item)
+            return
+        self._lanes[key] = deque([item])
+        task = asyncio.create_task(self._run_lane(key), name=f"{self.group}-lane")
+        self._lane_tasks.add(task)
+        task.add_done_callback(self._lane_tasks.discard)
+
+    async def _run_lane(self, key: str) -> None:
+        lane = self._lanes[key]
+        try:
+            while lane:
+                item = lane[0]
+                outcome = await self._handle(item)
+                lane.popleft()
+                self._finish(item, outcome)
+        except Crash as crash:
+            self._crash = crash
+        except Exception:
+            log.exception("lane %r of %s failed unexpectedly", key, self.group)
+            raise
+        finally:
+            if self._lanes.get(key) is lane and not lane:
+                del self._lanes[key]
+
+    def _finish(self, item: _Item, outcome: str) -> None:
+        metrics.CONSUMED.labels(self.group, item.record.topic, outcome).inc()
+        self.finished += 1
+        if item.redelivery is not None:
+            self._in_timer.discard(item.redelivery.seq)
+        else:
+            self.tracker.done(item.record.tp, item.record.offset)
+            self._room.set()
+        self._progress.set()
+
+    # -- handling one record -----------------------------------------------------------------
+
+    async def _handle(self, item: _Item) -> str:
+        rec, env = item.record, item.envelope
+        ctx = HandlerContext(
+            consumer=self.group, pipeline=self.spec.pipeline, record=rec,
+            engine=self.deps.engine, clock=self.deps.clock, redelivery=item.redelivery,
+        )
+        if env is None:
+            assert item.decode_error is not None
+            return await self.failures.give_up(ctx, None, item.decode_error)
+        if item.redelivery is None and env.key in self.parked:
+            await self._park_behind(item, env)
+            return "parked_behind"
+        if item.duplicate and item.redelivery is None:
+            metrics.INBOX_DUPLICATES.labels(self.group).inc()
+            return "duplicate"
+        try:
+            ctx.payload = self.deps.registry.decode(env)
+        except PermanentError as exc:
+            return await self.failures.give_up(ctx, env, exc)
+        await self._chain(env, ctx)
+        return ctx.result_code
+
+    async def _terminal(self, envelope: Envelope, ctx: HandlerContext) -> list[Envelope]:
+        ctx.writes.clear()
+        # The slot bounds handler work only; waiting for the group commit holds no slot,
+        # so many keys' finished events can share one commit.
+        async with self._slots:
+            emitted = await self.spec.handler(envelope, ctx)
+        head = ctx.redelivery
+        always = () if head is None else (self._head_finisher(head),)
+        status = await self.deps.committer.submit(
+            Outcome(self.group, envelope.event_id, list(ctx.writes), list(emitted),
+                    ctx.result_code, always)
+        )
+        self.deps.failpoints.hit("consumer.after_commit")
+        if status is CommitStatus.DUPLICATE:
+            metrics.INBOX_DUPLICATES.labels(self.group).inc()
+            ctx.result_code = "duplicate"
+        elif ctx.result_code == "ok":
+            ctx.result_code = "applied"
+        return list(emitted)
+
+    def _head_finisher(self, head: Parked) -> Callable[..., Awaitable[None]]:
+        async def finish(conn: object) -> None:
+            remains = await self.deps.redeliveries.finish_head(
+                conn,  # type: ignore[arg-type]
+                head.seq, self.group, head.key, self.deps.clock.now_ms(),
+            )
+            if not remains:
+                self._mark_released(head.key)
+            else:
+                self._timer_wake.set()
+
+        return finish
+
+    async def _park_behind(self, item: _Item, env: Envelope) -> None:
+        rec = item.record
+        async with self.deps.engine.begin() as conn:
+            await self.deps.redeliveries.park(
+                conn,
+                ParkRequest(
+                    consumer=self.group, key=env.key, event_id=env.event_id, topic=rec.topic,
+                    partition=rec.partition, offset=rec.offset, value=rec.value,
+                    headers=rec.headers,
+                ),
+            )
+
+    def _mark_parked(self, key: str) -> None:
+        self.parked.add(key)
+        metrics.PARKED_KEYS.labels(self.group).set(len(self.parked))
+        self._timer_wake.set()
+
+    def _mark_released(self, key: str) -> None:
+        self.parked.discard(key)
+        metrics.PARKED_KEYS.labels(self.group).set(len(self.parked))
+
+    # -- delayed redelivery ------------------------------------------------------------------
+
+    async def _timer_loop(self, stop: asyncio.Event) -> None:
+        clock = self.deps.clock
+        while not stop.is_set():
+            self._timer_wake.clear()
+            now = clock.now_ms()
+            assigned = self._consumer.assignment() if self._consumer else set()
+            for row in await self.deps.redeliveries.due(self.group, now):
+                if row.seq in self._in_timer:
+                    continue
+                if assigned and TopicPartition(row.topic, row.partition) not in assigned:
+                    continue  # another member owns this key's partition now
+                self._in_timer.add(row.seq)
+                self._enqueue(self._item_from_parked(row))
+            nxt = await self.deps.redeliveries.next_due_at(self.group)
+            # Due rows already in flight (or owned elsewhere) wake us when they finish.
+            wait_s = TIMER_SCAN_S if nxt is None or nxt <= now else min(TIMER_SCAN_S, (nxt - now) / 1000)
+            sleeper = asyncio.ensure_future(clock.sleep(wait_s))
+            waker = asyncio.ensure_future(self._timer_wake.wait())
+            stopper = asyncio.ensure_future(stop.wait())
+            try:
+                await asyncio.wait({sleeper, waker, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for f in (sleeper, waker, stopper):
+                    f.cancel()
+
+    def _item_from_parked(self, row: Parked) -> _Item:
+        record = Record(row.topic, row.partition, row.offset, row.key, row.value, row.headers, 0)
+        try:
+            env: Envelope | None = Envelope.from_bytes(row.value).with_attempt(row.attempts)
+        except HubError:
+            env = None
+        return _Item(record, env, redelivery=row)
+
+    # -- offsets -----------------------------------------------------------------------------
+
+    async def _commit_loop(self, consumer: Consumer, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self._progress.wait()
+            self._progress.clear()
+            await self._commit_now(consumer)
+            await asyncio.sleep(0.01)  # coalesce: at most ~100 offset commits per second
+
+    async def _commit_now(self, consumer: Consumer) -> None:
+        if self._crash is not None:
+            return
+        offsets = self.tracker.take_committable()
+        if offsets:
+            await consumer.commit(offsets)
+
+    async def _on_revoke(self, tps: set[TopicPartition]) -> None:
+        if self._consumer is not None and self._crash is None:
+            offsets = self.tracker.take_committable(only=tps)
+            if offsets:
+                with contextlib.suppress(Exception):
+                    await self._consumer.commit(offsets)
+        self.tracker.forget(tps)

@@ -1,0 +1,76 @@
+"""Exactly-once effect: duplicates on purpose, a consumer crash mid-run, nothing lost or doubled."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from aigc_hub.core.failpoints import Crash, Failpoints
+from tests.support import effects as fx
+from tests.support.hubs import DoublePublisher, hub_for, make_broker, wait_until
+
+N = 10_000
+KEYS = 997
+
+
+async def _count_records(broker: object, topic: str) -> int:
+    lag = await broker.lag("__count__", [topic])  # type: ignore[attr-defined]
+    return sum(p.end_offset for p in lag)
+
+
+@pytest.mark.slow
+async def test_every_effect_exactly_once_despite_double_publish_and_crash(db_url: str, tmp_path: Path) -> None:
+    inner = make_broker("embedded", tmp_path)
+    broker = DoublePublisher(inner)
+    failpoints = Failpoints()
+    failpoints.crash_at("consumer.after_commit", after=N // 3)
+    async with hub_for(db_url, broker, [fx.make_pipeline()], failpoints=failpoints) as hub:  # type: ignore[arg-type]
+
+        async def enqueue() -> None:
+            for start in range(0, N, 200):
+                async with hub.transaction() as conn:
+                    await conn.execute(
+                        fx.facts.insert(),
+                        [{"key": f"task-{i % KEYS}", "n": i} for i in range(start, start + 200)],
+                    )
+                    await hub.outbox.add(
+                        conn, [fx.request(f"task-{i % KEYS}", i) for i in range(start, start + 200)]
+                    )
+
+        producer = asyncio.create_task(enqueue())
+        crashes = 0
+        while True:
+            stop = asyncio.Event()
+            run = asyncio.create_task(hub.run(stop))
+
+            async def effects_done() -> bool:
+                return producer.done() and len(await fx.effect_rows(hub.engine)) >= N
+
+            waiter = asyncio.create_task(wait_until(effects_done, timeout=240))
+            done, _ = await asyncio.wait({run, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            if run in done:
+                with pytest.raises(Crash):
+                    run.result()
+                crashes += 1
+                waiter.cancel()
+                continue  # restart the consumer, as a supervisor would
+            waiter.result()
+            # let the last offsets commit, then stop gracefully
+            await asyncio.sleep(0.3)
+            stop.set()
+            await run
+            break
+        await producer
+
+        rows = await fx.effect_rows(hub.engine)
+        event_ids = [r[1] for r in rows]
+        assert crashes == 1
+        assert len(rows) == N, f"{len(rows) - len(set(event_ids))} duplicate effects"
+        assert len(set(event_ids)) == N
+        assert sorted(r[3] for r in rows) == list(range(N))
+        # every event went out at least twice (more where the crash cut a relay pass short)
+        assert await _count_records(inner, fx.TOPIC) >= 2 * N
+        lag = await inner.lag(fx.GROUP, [fx.TOPIC])
+        assert sum(p.lag for p in lag) == 0
