@@ -20,7 +20,7 @@ from aigc_hub.store import engine as store_engine
 from aigc_hub.store import migrate
 
 PG_URL = os.environ.get("AIGC_HUB_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
-TEMPLATE_DB = "aigc_hub_test_template"
+TEMPLATE_DB = f"aigc_hub_test_template_{os.getpid()}"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
@@ -44,9 +44,11 @@ def pg_template() -> Iterator[str]:
         admin = _admin_engine()
         with admin.connect() as conn:
             conn.execute(sa.text("SELECT 1"))
-    except Exception as exc:  # noqa: BLE001 - any connection failure means "not reachable"
-        service_missing("PostgreSQL", f"{PG_URL}: {exc.__class__.__name__}; start it or set "
-                        "AIGC_HUB_TEST_PG_URL")
+    except Exception as exc:
+        service_missing(
+            "PostgreSQL",
+            f"{PG_URL}: {exc.__class__.__name__}; start it or set AIGC_HUB_TEST_PG_URL",
+        )
         raise
     with admin.connect() as conn:
         conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{TEMPLATE_DB}" WITH (FORCE)'))

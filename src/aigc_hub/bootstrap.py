@@ -26,6 +26,7 @@ from aigc_hub.reliability.redelivery import RedeliveryStore
 from aigc_hub.reliability.relay import Relay
 from aigc_hub.runtime.committer import Committer
 from aigc_hub.runtime.consumer import ConsumerGroupRuntime, RuntimeDeps
+from aigc_hub.runtime.middleware import Middleware
 from aigc_hub.schemas.registry import SchemaRegistry
 from aigc_hub.settings import Settings
 from aigc_hub.store import engine as store_engine
@@ -69,6 +70,7 @@ class Hub:
         commit_batch: int = 256,
         commit_wait: float = 0.002,
         relay_batch: int = 500,
+        middleware: Sequence[Middleware] = (),
     ) -> None:
         self.engine = engine
         self.broker = broker
@@ -85,19 +87,33 @@ class Hub:
                 if event.topic:
                     self.routes.add(event.name, event.topic)
         self.outbox = OutboxWriter(self.routes, self.clock)
-        self.relay = Relay(engine, broker, self.clock, batch_size=relay_batch, failpoints=failpoints)
+        self.relay = Relay(
+            engine, broker, self.clock, batch_size=relay_batch, failpoints=failpoints
+        )
         self.committer = Committer(
-            engine, self.outbox, self.clock, max_batch=commit_batch, max_wait=commit_wait,
+            engine,
+            self.outbox,
+            self.clock,
+            max_batch=commit_batch,
+            max_wait=commit_wait,
             on_emitted=self.relay.wake,
         )
         self.dlq = DeadLetterStore(engine, self.outbox, self.clock)
         self.redeliveries = RedeliveryStore(engine)
         self.deps = RuntimeDeps(
-            engine=engine, broker=broker, registry=self.registry, committer=self.committer,
-            dlq=self.dlq, redeliveries=self.redeliveries, clock=self.clock,
-            in_process=in_process, delayed=delayed, failpoints=failpoints,
+            engine=engine,
+            broker=broker,
+            registry=self.registry,
+            committer=self.committer,
+            dlq=self.dlq,
+            redeliveries=self.redeliveries,
+            clock=self.clock,
+            in_process=in_process,
+            delayed=delayed,
+            failpoints=failpoints,
         )
         self.concurrency = concurrency
+        self.middleware = tuple(middleware)
 
     @classmethod
     def from_settings(
@@ -108,10 +124,14 @@ class Hub:
         broker = make_broker(settings)
         loaded = [*pipelines, *load_pipelines(settings.pipeline_paths())]
         return cls(
-            engine=engine, broker=broker, pipelines=loaded,
+            engine=engine,
+            broker=broker,
+            pipelines=loaded,
             concurrency=overrides.pop("concurrency", None) or settings.concurrency,  # type: ignore[arg-type]
-            commit_batch=settings.commit_batch, commit_wait=settings.commit_wait_ms / 1000,
-            relay_batch=settings.relay_batch, **overrides,  # type: ignore[arg-type]
+            commit_batch=settings.commit_batch,
+            commit_wait=settings.commit_wait_ms / 1000,
+            relay_batch=settings.relay_batch,
+            **overrides,  # type: ignore[arg-type]
         )
 
     @property
@@ -123,6 +143,8 @@ class Hub:
         """A runtime for one consumer group (not started)."""
         if self.concurrency and "concurrency" not in options:
             options["concurrency"] = self.concurrency
+        if self.middleware and "extra_middleware" not in options:
+            options["extra_middleware"] = self.middleware
         return ConsumerGroupRuntime(spec, self.deps, **options)  # type: ignore[arg-type]
 
     async def start(self) -> None:
@@ -136,10 +158,12 @@ class Hub:
             yield conn
         self.relay.wake()
 
-    async def run(self, stop: asyncio.Event, groups: Sequence[str] | None = None) -> None:
+    async def run(
+        self, stop: asyncio.Event, groups: Sequence[str] | None = None, *, relay: bool = True
+    ) -> None:
         """Run the relay and the consumer groups (all, or those named) until ``stop`` is set."""
         specs = [s for s in self.handler_specs if groups is None or s.group in groups]
-        tasks = [asyncio.create_task(self.relay.run(stop), name="relay")]
+        tasks = [asyncio.create_task(self.relay.run(stop), name="relay")] if relay else []
         tasks += [asyncio.create_task(self.runtime(s).run(stop), name=s.group) for s in specs]
         try:
             await asyncio.gather(*tasks)

@@ -1,4 +1,4 @@
-"""Dead letters: permanent errors at once, exhausted retries after the delayed attempts, replay once."""
+"""Dead letters: permanent errors at once, exhausted retries after all attempts, replay once."""
 
 from __future__ import annotations
 
@@ -117,7 +117,9 @@ async def test_always_failing_handler_goes_through_every_attempt_then_replays_on
             await hub.dlq.replay(letter.id, actor="operator@test")
 
 
-async def test_parked_key_holds_its_later_events_and_releases_them_in_order(db_url: str, tmp_path: Path) -> None:
+async def test_parked_key_holds_its_later_events_and_releases_them_in_order(
+    db_url: str, tmp_path: Path
+) -> None:
     clock = ManualClock()
     behaviour = fx.Behaviour(fail_times={"parked": 4})  # fails the first delivery's 4 tries
     broker = make_broker("memory", tmp_path)
@@ -136,7 +138,9 @@ async def test_parked_key_holds_its_later_events_and_releases_them_in_order(db_u
 
         async def behind() -> bool:
             rows = await fx.effect_rows(hub.engine)
-            return len(await hub.redeliveries.list(fx.GROUP)) == 2 and any(r[2] == "free" for r in rows)
+            return len(await hub.redeliveries.list(fx.GROUP)) == 2 and any(
+                r[2] == "free" for r in rows
+            )
 
         await wait_until(behind, timeout=30)
         assert not [r for r in await fx.effect_rows(hub.engine) if r[2] == "parked"]
@@ -179,12 +183,17 @@ async def test_garbage_goes_to_dlq_with_a_reason_and_the_consumer_keeps_going(
         letters = {dl.key: dl for dl in await hub.dlq.list(DeadLetterFilter(topic=fx.TOPIC))}
         assert letters["g"].error_class == "EnvelopeError"
         assert letters["g"].value == b"\x00\xffnot json at all"
-        assert letters["u"].error_class == "SchemaError" and "unknown event type" in letters["u"].error_message
+        assert (
+            letters["u"].error_class == "SchemaError"
+            and "unknown event type" in letters["u"].error_message
+        )
         assert letters["i"].error_class == "SchemaError" and "'n'" in letters["i"].error_message
         assert all(dl.attempts == 1 for dl in letters.values())
         with pytest.raises(Exception, match="not a valid envelope"):
             await hub.dlq.replay(letters["g"].id, actor="op")
         assert await hub.dlq.dismiss([letters["g"].id], actor="op", reason="garbage") == 1
         async with hub.engine.connect() as conn:
-            rows = (await conn.execute(sa.text("select action, result from audit_log order by id"))).all()
+            rows = (
+                await conn.execute(sa.text("select action, result from audit_log order by id"))
+            ).all()
         assert [tuple(r) for r in rows] == [("dlq.replay", "refused"), ("dlq.dismiss", "ok")]

@@ -21,7 +21,9 @@ async def _count_records(broker: object, topic: str) -> int:
 
 
 @pytest.mark.slow
-async def test_every_effect_exactly_once_despite_double_publish_and_crash(db_url: str, tmp_path: Path) -> None:
+async def test_every_effect_exactly_once_despite_double_publish_and_crash(
+    db_url: str, tmp_path: Path
+) -> None:
     inner = make_broker("embedded", tmp_path)
     broker = DoublePublisher(inner)
     failpoints = Failpoints()

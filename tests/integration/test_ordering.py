@@ -50,5 +50,9 @@ async def test_failing_key_holds_only_itself(db_url: str, tmp_path: Path, broker
             ns = [r[3] for r in rows if r[2] == key]
             assert ns == sorted(ns) == [0, 1, 2], key
         assert [c for c in behaviour.calls if c[0] == "slow"] == [
-            ("slow", 0), ("slow", 0), ("slow", 0), ("slow", 1), ("slow", 2)
+            ("slow", 0),
+            ("slow", 0),
+            ("slow", 0),
+            ("slow", 1),
+            ("slow", 2),
         ]

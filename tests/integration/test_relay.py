@@ -1,4 +1,4 @@
-"""The relay: a crash between publish and mark republishes; a rolled-back transaction publishes nothing."""
+"""Relay: a crash between publish and mark republishes; a rollback publishes nothing."""
 
 from __future__ import annotations
 
@@ -75,10 +75,14 @@ async def test_rolled_back_transaction_publishes_nothing(db_url: str, tmp_path: 
         lag = await broker.lag("nobody", [fx.TOPIC])
         assert sum(p.end_offset for p in lag) == 0
         async with hub.engine.connect() as c:
-            assert (await c.execute(sa.select(sa.func.count()).select_from(fx.facts))).scalar_one() == 0
+            assert (
+                await c.execute(sa.select(sa.func.count()).select_from(fx.facts))
+            ).scalar_one() == 0
 
 
-async def test_relay_keeps_per_key_order_and_picks_up_late_commits(db_url: str, tmp_path: Path) -> None:
+async def test_relay_keeps_per_key_order_and_picks_up_late_commits(
+    db_url: str, tmp_path: Path
+) -> None:
     broker = make_broker("memory", tmp_path)
     async with hub_for(db_url, broker, [fx.make_pipeline()]) as hub:
         for n in range(30):

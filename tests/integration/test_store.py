@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import threading
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from typer.testing import CliRunner
 
 from aigc_hub.cli import db as db_cli
-from aigc_hub.core.errors import StaleTransition
+from aigc_hub.core.errors import ConfigurationError, StaleTransition
 from aigc_hub.store import migrate
 from aigc_hub.store.transitions import transition
 from aigc_hub.store.unit_of_work import UnitOfWork
@@ -113,6 +115,43 @@ def test_downgrade_to_base_then_upgrade_again(empty_url: str) -> None:
     assert migrate.is_current(empty_url)
 
 
+def test_concurrent_upgrades_take_turns(empty_url: str) -> None:
+    # Processes, not threads: each has its own Alembic; the database lock is what is tested.
+    code = "import sys; from aigc_hub.store import migrate; migrate.upgrade(sys.argv[1])"
+    runs = [
+        subprocess.Popen([sys.executable, "-c", code, empty_url], stderr=subprocess.PIPE)
+        for _ in range(3)
+    ]
+    try:
+        errors = [run.communicate(timeout=120)[1] for run in runs]
+    finally:
+        for run in runs:
+            run.kill()
+            run.wait()
+    assert [run.returncode for run in runs] == [0, 0, 0], errors
+    assert migrate.is_current(empty_url)
+
+
+def test_upgrade_is_safe_from_threads(empty_url: str) -> None:
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            migrate.upgrade(empty_url)
+        except BaseException as exc:
+            failures.append(exc)
+
+    # Daemon threads joined with a timeout: a regression fails the test instead of hanging it.
+    threads = [threading.Thread(target=run, daemon=True) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads)
+    assert failures == []
+    assert migrate.is_current(empty_url)
+
+
 def test_missing_sqlite_file_is_not_created_by_reading(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'absent' / 'hub.db'}"
     assert migrate.current_revision(url) is None
@@ -128,7 +167,7 @@ def test_the_chain_is_linear_and_ships_in_the_package() -> None:
 
 
 def test_unsupported_database_is_a_configuration_error() -> None:
-    with pytest.raises(migrate.errors.ConfigurationError, match="unsupported database"):
+    with pytest.raises(ConfigurationError, match="unsupported database"):
         migrate.upgrade("mysql://root@localhost/hub")
 
 
@@ -313,11 +352,20 @@ def test_cli_upgrade_and_current(tmp_path: Path) -> None:
     before = runner.invoke(db_cli.app, ["current", "--database-url", url])
     assert before.exit_code == 0, before.output
     assert "current: none" in before.stdout
-    result = runner.invoke(db_cli.app, ["upgrade"], env={"AIGC_HUB_DATABASE_URL": url})
+    result = runner.invoke(
+        db_cli.app, ["upgrade"], env={"AIGC_HUB_DATABASE_URL": url, "AIGC_HUB_DATA_DIR": None}
+    )
     assert result.exit_code == 0, result.output
     assert head in result.stdout
     after = runner.invoke(db_cli.app, ["current", "--database-url", url])
     assert after.stdout.splitlines() == [f"current: {head}", f"head:    {head}"]
+
+
+def test_cli_defaults_to_a_file_in_the_data_dir(tmp_path: Path) -> None:
+    env = {"AIGC_HUB_DATA_DIR": str(tmp_path / "data"), "AIGC_HUB_DATABASE_URL": None}
+    result = runner.invoke(db_cli.app, ["upgrade"], env=env)
+    assert result.exit_code == 0, result.output
+    assert migrate.is_current(f"sqlite:///{tmp_path / 'data' / 'hub.db'}")
 
 
 @pytest.mark.parametrize(
@@ -339,10 +387,3 @@ def test_cli_user_errors_exit_5_with_one_line(command_name: str, url: str) -> No
     assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-
-
-def test_concurrent_upgrades_serialize(empty_url: str) -> None:
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        for future in [pool.submit(migrate.upgrade, empty_url) for _ in range(4)]:
-            future.result()
-    assert migrate.is_current(empty_url)

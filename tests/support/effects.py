@@ -67,7 +67,9 @@ class Behaviour:
         self.permanent.clear()
 
 
-def make_pipeline(behaviour: Behaviour | None = None, *, partitions: int = 6, concurrency: int = 4) -> Pipeline:
+def make_pipeline(
+    behaviour: Behaviour | None = None, *, partitions: int = 6, concurrency: int = 4
+) -> Pipeline:
     """A fresh pipeline whose handler follows ``behaviour``."""
     b = behaviour or Behaviour()
     p = Pipeline("effects")
@@ -111,6 +113,8 @@ async def effect_rows(engine: AsyncEngine) -> list[tuple[int, str, str, int]]:
     """Every effect row as (id, event_id, key, n), in insertion order."""
     async with engine.connect() as conn:
         rows = await conn.execute(
-            sa.select(effects.c.id, effects.c.event_id, effects.c.key, effects.c.n).order_by(effects.c.id)
+            sa.select(effects.c.id, effects.c.event_id, effects.c.key, effects.c.n).order_by(
+                effects.c.id
+            )
         )
         return [tuple(r) for r in rows]  # type: ignore[misc]

@@ -36,7 +36,7 @@ def make_broker(kind: str, tmp_path: Path) -> Broker:
 
 
 class DoublePublisher:
-    """A broker wrapper that publishes every batch twice, as a relay retry after a lost ack would."""
+    """A broker wrapper publishing every batch twice, as a relay retry after a lost ack would."""
 
     def __init__(self, inner: Broker) -> None:
         self.inner = inner
@@ -65,8 +65,13 @@ async def hub_for(
     engine = store_engine.create_engine(db_url)
     await fx.create_tables(engine)
     hub = Hub(
-        engine=engine, broker=broker, pipelines=pipelines, clock=clock,
-        failpoints=failpoints or Failpoints(), in_process=IN_PROCESS, delayed=DELAYED,
+        engine=engine,
+        broker=broker,
+        pipelines=pipelines,
+        clock=clock,
+        failpoints=failpoints or Failpoints(),
+        in_process=IN_PROCESS,
+        delayed=DELAYED,
         concurrency=concurrency,
     )
     await hub.start()
@@ -77,7 +82,10 @@ async def hub_for(
 
 
 async def wait_until(
-    predicate: Callable[[], Awaitable[bool]], *, timeout: float = 60.0, clock: ManualClock | None = None,
+    predicate: Callable[[], Awaitable[bool]],
+    *,
+    timeout: float = 60.0,
+    clock: ManualClock | None = None,
     step_s: float = 1.0,
 ) -> None:
     """Poll ``predicate`` until true; with a ManualClock, advance it ``step_s`` per poll."""

@@ -4,48 +4,60 @@ from __future__ import annotations
 
 from typing import Annotated, NoReturn
 
+import pydantic
 import sqlalchemy as sa
 import typer
 from alembic.util import CommandError
 
+from aigc_hub.cli import common
 from aigc_hub.core import errors
+from aigc_hub.settings import Settings
 from aigc_hub.store import migrate
 
-#: Exit code for a mistake the user can fix (bad URL, unreachable database, bad revision).
-EXIT_USER_ERROR = 5
-DEFAULT_DATABASE_URL = "sqlite:///var/hub.db"
+#: Exit code of a mistake the user can fix: bad or unsupported URL, unreachable database.
+EXIT_USER_ERROR = int(common.ExitCode.UNAVAILABLE)
 
-app = typer.Typer(help="Database schema: migrate, show the revision.", no_args_is_help=True)
+app = common.new_app("db", "Database schema: apply the migrations, show the revision.")
 
 DatabaseUrl = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--database-url",
         envvar="AIGC_HUB_DATABASE_URL",
+        show_default="sqlite:///var/hub.db",
         help="sqlite:///path/to/file.db or postgresql://user@host/db",
     ),
 ]
 
 #: What a user can cause and fix; anything else is a bug and keeps its traceback.
-_USER_ERRORS = (errors.HubError, sa.exc.ArgumentError, sa.exc.DBAPIError, CommandError, OSError)
+_USER_ERRORS = (
+    errors.HubError,
+    sa.exc.ArgumentError,
+    sa.exc.DBAPIError,
+    CommandError,
+    OSError,
+    pydantic.ValidationError,
+)
 
 
 @app.command()
-def upgrade(database_url: DatabaseUrl = DEFAULT_DATABASE_URL) -> None:
+def upgrade(database_url: DatabaseUrl = None) -> None:
     """Apply every pending migration; prints the revision reached."""
     try:
-        migrate.upgrade(database_url)
-        revision = migrate.current_revision(database_url)
+        url = database_url or Settings().resolved_database_url()
+        migrate.upgrade(url)
+        revision = migrate.current_revision(url)
     except _USER_ERRORS as exc:
         _fail(exc)
     typer.echo(f"database at revision {revision} (head)")
 
 
 @app.command()
-def current(database_url: DatabaseUrl = DEFAULT_DATABASE_URL) -> None:
+def current(database_url: DatabaseUrl = None) -> None:
     """Print the database's current revision and the head revision of the code."""
     try:
-        revision = migrate.current_revision(database_url)
+        url = database_url or Settings().resolved_database_url()
+        revision = migrate.current_revision(url)
         head = migrate.head_revision()
     except _USER_ERRORS as exc:
         _fail(exc)
@@ -54,13 +66,8 @@ def current(database_url: DatabaseUrl = DEFAULT_DATABASE_URL) -> None:
 
 
 def _fail(exc: BaseException) -> NoReturn:
-    """One line on stderr, exit code 5, no traceback."""
+    """One ``error:`` line on stderr, exit code 5, no traceback."""
     if isinstance(exc, sa.exc.DBAPIError) and exc.orig is not None:
-        detail = str(exc.orig)
-    elif isinstance(exc, OSError) and exc.strerror and exc.filename is not None:
-        detail = f"{exc.strerror}: {exc.filename}"
-    else:
-        detail = str(exc)
-    lines = [" ".join(line.split()) for line in detail.splitlines() if line.strip()]
-    typer.echo(f"error: {lines[0] if lines else type(exc).__name__}", err=True)
+        exc = exc.orig  # the driver's message, without SQLAlchemy's statement and link
+    common.report_error(common.describe(exc))
     raise typer.Exit(EXIT_USER_ERROR)

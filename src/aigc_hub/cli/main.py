@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from aigc_hub.cli import common, schemas, topics
+from aigc_hub.cli import common, db, dlq, run, schemas, topics
 
 # Paragraphs are single lines: the help renderer keeps line breaks as they are.
 HELP = "\n\n".join(
@@ -56,3 +56,8 @@ def main(
 # ---------------------------------------------------------------------------------------------
 app.add_typer(schemas.app, name="schemas")
 app.add_typer(topics.app, name="topics")
+app.add_typer(db.app, name="db")
+app.add_typer(dlq.app, name="dlq")
+app.command("up")(run.up)
+app.command("relay")(run.relay)
+app.command("worker")(run.worker)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 
-class Crash(BaseException):  # noqa: N818 - it is not an error the code may handle
+class Crash(BaseException):
     """Simulated process death at a failpoint."""
 
 

@@ -280,11 +280,15 @@ class EmbeddedBroker:
                 .subquery()
             )
             first_young = sa.func.min(sa.case((head.c.timestamp_ms >= cutoff_ms, head.c.offset)))
-            probe = sa.select(first_young, sa.func.max(head.c.offset), sa.func.count())
+            probe = sa.select(
+                first_young, sa.func.min(head.c.offset), sa.func.max(head.c.offset), sa.func.count()
+            )
             async with self.reading() as conn:  # most passes find nothing: no write lock
-                young, last, n = (await conn.execute(probe)).one()
-            upto = young if young is not None else (last + 1 if n else None)
-            if upto is not None:
+                young, first, last, n = (await conn.execute(probe)).one()
+            if n == 0:
+                return deleted
+            upto = young if young is not None else last + 1
+            if upto > first:
                 # Only appends (above) and retention (the same prefix) can have run meanwhile.
                 async with self.writing() as conn:
                     stmt = r.delete().where(r.c.tp_id == tp_id, r.c.offset < upto)

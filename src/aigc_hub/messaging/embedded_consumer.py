@@ -73,7 +73,7 @@ class EmbeddedConsumer:
         self._rotation = itertools.count()
         self._closed = False
 
-    async def fetch(self, max_records: int, timeout: float) -> list[Record]:  # noqa: ASYNC109
+    async def fetch(self, max_records: int, timeout: float) -> list[Record]:
         """Up to ``max_records`` records, shared fairly over owned partitions; [] on timeout."""
         if self._closed:
             raise RuntimeError("consumer is closed")
@@ -83,7 +83,7 @@ class EmbeddedConsumer:
         await broker.start()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while True:
+        while not self._closed:  # closed meanwhile by another task: return empty
             self._last_fetch = loop.time()
             if self._last_fetch >= self._next_rebalance:
                 await self._rebalance()
@@ -100,6 +100,7 @@ class EmbeddedConsumer:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(remaining, broker.poll_interval)):
                     await changed.wait()
+        return []
 
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         """Commit offsets of partitions this member still owns in the file; never backwards."""
@@ -361,6 +362,8 @@ class EmbeddedConsumer:
     def _accept(self, rows: Iterable[Any]) -> list[Record]:
         out = []
         for tp_id, offset, key, value, headers, ts in rows:
+            if tp_id not in self._positions:
+                continue  # released by a close() that ran while we read
             tp = self.broker.tp_name(tp_id)
             parsed = json.loads(headers) if headers != "{}" else {}
             out.append(Record(tp.topic, tp.partition, offset, key, value, parsed, ts))

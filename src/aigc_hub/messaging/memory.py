@@ -129,7 +129,7 @@ class MemoryBroker:
                 out.append(PartitionLag(group, name, partition, pos, len(log), oldest))
         return out
 
-    async def drain(self, timeout: float = 10.0) -> None:  # noqa: ASYNC109
+    async def drain(self, timeout: float = 10.0) -> None:
         """Wait until every group with members has committed every record of its topics.
 
         Wakes on publish, commit and membership changes only (no polling); raises
@@ -237,7 +237,7 @@ class MemoryConsumer:
         self._rotation = 0
         self._closed = False
 
-    async def fetch(self, max_records: int, timeout: float) -> list[Record]:  # noqa: ASYNC109
+    async def fetch(self, max_records: int, timeout: float) -> list[Record]:
         """Up to ``max_records`` records, round-robin over assigned partitions; [] on timeout."""
         if self._closed:
             raise RuntimeError("consumer is closed")

@@ -40,12 +40,19 @@ async def record(
     """Append an audit row in the caller's transaction (so the action and its record agree)."""
     await conn.execute(
         A.insert().values(
-            at=at, actor=actor, action=action, target=target, result=result, detail=dict(detail or {})
+            at=at,
+            actor=actor,
+            action=action,
+            target=target,
+            result=result,
+            detail=dict(detail or {}),
         )
     )
 
 
-async def recent(engine: AsyncEngine, *, limit: int = 100, action: str | None = None) -> list[AuditEntry]:
+async def recent(
+    engine: AsyncEngine, *, limit: int = 100, action: str | None = None
+) -> list[AuditEntry]:
     """The newest audit entries first, optionally of one action."""
     stmt = sa.select(A).order_by(A.c.id.desc()).limit(limit)
     if action:

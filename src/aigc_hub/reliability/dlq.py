@@ -203,8 +203,11 @@ class DeadLetterStore:
         flt = flt or DeadLetterFilter()
         async with self.engine.connect() as conn:
             return int(
-                (await conn.execute(sa.select(sa.func.count()).select_from(D).where(*flt.where())))
-                .scalar_one()
+                (
+                    await conn.execute(
+                        sa.select(sa.func.count()).select_from(D).where(*flt.where())
+                    )
+                ).scalar_one()
             )
 
     async def get(self, dead_letter_id: int) -> DeadLetter:
@@ -219,25 +222,31 @@ class DeadLetterStore:
         """Put a pending dead letter back on its original topic; audited, once."""
         now = self.clock.now_ms()
         async with self.engine.begin() as conn:
-            row = (
-                await conn.execute(sa.select(D).where(D.c.id == dead_letter_id))
-            ).first()
+            row = (await conn.execute(sa.select(D).where(D.c.id == dead_letter_id))).first()
             if row is None:
                 raise DeadLetterNotFound(f"no dead letter with id {dead_letter_id}")
             letter = _row(row)
             problem = _replay_problem(letter)
             if problem:
                 # The refusal is recorded (and committed) even though the call fails.
-                await audit.record(conn, at=now, actor=actor, action="dlq.replay",
-                                   target=str(dead_letter_id), result="refused",
-                                   detail={"reason": problem})
+                await audit.record(
+                    conn,
+                    at=now,
+                    actor=actor,
+                    action="dlq.replay",
+                    target=str(dead_letter_id),
+                    result="refused",
+                    detail={"reason": problem},
+                )
             else:
                 await self._requeue(conn, letter, actor, now)
         if problem:
             raise DeadLetterNotReplayable(f"dead letter {dead_letter_id}: {problem}")
         return letter
 
-    async def _requeue(self, conn: AsyncConnection, letter: DeadLetter, actor: str, now: int) -> None:
+    async def _requeue(
+        self, conn: AsyncConnection, letter: DeadLetter, actor: str, now: int
+    ) -> None:
         """Write the letter's envelope to the outbox for its topic and mark it replayed."""
         env = letter.envelope()
         assert env is not None
@@ -247,8 +256,15 @@ class DeadLetterStore:
         await conn.execute(
             sa.update(D).where(D.c.id == letter.id).values(status=REPLAYED, resolved_at=now)
         )
-        await audit.record(conn, at=now, actor=actor, action="dlq.replay", target=str(letter.id),
-                           result="ok", detail={"topic": letter.topic, "event_id": letter.event_id})
+        await audit.record(
+            conn,
+            at=now,
+            actor=actor,
+            action="dlq.replay",
+            target=str(letter.id),
+            result="ok",
+            detail={"topic": letter.topic, "event_id": letter.event_id},
+        )
 
     async def dismiss(self, dead_letter_ids: Sequence[int], *, actor: str, reason: str = "") -> int:
         """Mark pending dead letters dismissed; returns how many changed. Audited per id."""
@@ -264,9 +280,15 @@ class DeadLetterStore:
                 )
                 ok = result.first() is not None
                 changed += int(ok)
-                await audit.record(conn, at=now, actor=actor, action="dlq.dismiss",
-                                   target=str(dl_id), result="ok" if ok else "not-pending",
-                                   detail={"reason": reason})
+                await audit.record(
+                    conn,
+                    at=now,
+                    actor=actor,
+                    action="dlq.dismiss",
+                    target=str(dl_id),
+                    result="ok" if ok else "not-pending",
+                    detail={"reason": reason},
+                )
         return changed
 
 
@@ -280,11 +302,25 @@ def _replay_problem(letter: DeadLetter) -> str | None:
 
 def _row(r: sa.Row[Any]) -> DeadLetter:
     return DeadLetter(
-        id=r.id, event_id=r.event_id, event_type=r.event_type, tenant_id=r.tenant_id,
-        topic=r.topic, partition=r.partition, offset=r.offset, key=r.key, consumer=r.consumer,
-        pipeline=r.pipeline, value=bytes(r.value), headers=r.headers or {},
-        error_class=r.error_class, error_message=r.error_message, attempts=r.attempts,
-        first_failure_at=r.first_failure_at, last_failure_at=r.last_failure_at,
-        history=r.history or [], status=r.status, created_at=r.created_at,
+        id=r.id,
+        event_id=r.event_id,
+        event_type=r.event_type,
+        tenant_id=r.tenant_id,
+        topic=r.topic,
+        partition=r.partition,
+        offset=r.offset,
+        key=r.key,
+        consumer=r.consumer,
+        pipeline=r.pipeline,
+        value=bytes(r.value),
+        headers=r.headers or {},
+        error_class=r.error_class,
+        error_message=r.error_message,
+        attempts=r.attempts,
+        first_failure_at=r.first_failure_at,
+        last_failure_at=r.last_failure_at,
+        history=r.history or [],
+        status=r.status,
+        created_at=r.created_at,
         resolved_at=r.resolved_at,
     )

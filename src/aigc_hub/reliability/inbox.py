@@ -14,11 +14,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from aigc_hub.store import tables
 from aigc_hub.store.dialects import dialect_of
 
-I = tables.inbox
+INBOX = tables.inbox
 
 
 async def mark(
-    conn: AsyncConnection, consumer: str, event_ids: Sequence[str], now_ms: int, result_code: str = "ok"
+    conn: AsyncConnection,
+    consumer: str,
+    event_ids: Sequence[str],
+    now_ms: int,
+    result_code: str = "ok",
 ) -> set[str]:
     """Insert marks for ``event_ids``; returns the ids that were new (the others are duplicates)."""
     if not event_ids:
@@ -26,22 +30,29 @@ async def mark(
     unique = list(dict.fromkeys(event_ids))
     stmt = (
         dialect_of(conn)
-        .insert(I)
+        .insert(INBOX)
         .values(
             [
-                {"consumer": consumer, "event_id": eid, "processed_at": now_ms, "result_code": result_code}
+                {
+                    "consumer": consumer,
+                    "event_id": eid,
+                    "processed_at": now_ms,
+                    "result_code": result_code,
+                }
                 for eid in unique
             ]
         )
-        .on_conflict_do_nothing(index_elements=[I.c.consumer, I.c.event_id])
-        .returning(I.c.event_id)
+        .on_conflict_do_nothing(index_elements=[INBOX.c.consumer, INBOX.c.event_id])
+        .returning(INBOX.c.event_id)
     )
     return {row[0] for row in await conn.execute(stmt)}
 
 
 async def unmark(conn: AsyncConnection, consumer: str, event_id: str) -> None:
     """Remove a mark written earlier in this transaction (its effect was rolled back)."""
-    await conn.execute(sa.delete(I).where(I.c.consumer == consumer, I.c.event_id == event_id))
+    await conn.execute(
+        sa.delete(INBOX).where(INBOX.c.consumer == consumer, INBOX.c.event_id == event_id)
+    )
 
 
 async def seen(conn: AsyncConnection, consumer: str, event_ids: Iterable[str]) -> set[str]:
@@ -50,6 +61,8 @@ async def seen(conn: AsyncConnection, consumer: str, event_ids: Iterable[str]) -
     if not wanted:
         return set()
     rows = await conn.execute(
-        sa.select(I.c.event_id).where(I.c.consumer == consumer, I.c.event_id.in_(wanted))
+        sa.select(INBOX.c.event_id).where(
+            INBOX.c.consumer == consumer, INBOX.c.event_id.in_(wanted)
+        )
     )
     return {row[0] for row in rows}

@@ -29,8 +29,10 @@ class DatabaseLeases:
         """Take or renew ``name`` for ``owner``; the fencing token, or None if someone holds it."""
         now = self.clock.now_ms()
         async with self.engine.begin() as conn:
-            insert = dialect_of(conn).insert(T).values(
-                name=name, owner=owner, expires_at=now + ttl_ms, fencing_token=1
+            insert = (
+                dialect_of(conn)
+                .insert(T)
+                .values(name=name, owner=owner, expires_at=now + ttl_ms, fencing_token=1)
             )
             stmt = insert.on_conflict_do_update(
                 index_elements=[T.c.name],

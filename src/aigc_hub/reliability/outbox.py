@@ -54,7 +54,9 @@ class OutboxWriter:
     def route(self, envelopes: Sequence[Envelope | Routed]) -> list[Routed]:
         """Resolve each envelope's topic from its event type (a Routed keeps its own)."""
         return [
-            item if isinstance(item, Routed) else Routed(self.routes.topic_for(item.event_type), item)
+            item
+            if isinstance(item, Routed)
+            else Routed(self.routes.topic_for(item.event_type), item)
             for item in envelopes
         ]
 
@@ -89,7 +91,12 @@ class OutboxWriter:
         return len(rows)
 
     async def add_raw(
-        self, conn: AsyncConnection, topic: str, key: str | None, value: bytes, headers: Mapping[str, str]
+        self,
+        conn: AsyncConnection,
+        topic: str,
+        key: str | None,
+        value: bytes,
+        headers: Mapping[str, str],
     ) -> None:
         """Insert a row carrying bytes that are not (or need not be) a valid envelope."""
         await conn.execute(

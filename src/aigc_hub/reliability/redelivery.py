@@ -81,12 +81,22 @@ class RedeliveryStore:
             await conn.execute(
                 R.insert()
                 .values(
-                    consumer=req.consumer, key=req.key, event_id=req.event_id, topic=req.topic,
-                    partition=req.partition, offset=req.offset, value=req.value,
-                    headers=dict(req.headers), attempts=req.attempts, redeliveries=0,
-                    due_at=req.due_at, state=WAITING if req.due_at is not None else BLOCKED,
-                    error_class=req.error_class, error_message=req.error_message,
-                    first_failure_at=req.first_failure_at, last_failure_at=req.last_failure_at,
+                    consumer=req.consumer,
+                    key=req.key,
+                    event_id=req.event_id,
+                    topic=req.topic,
+                    partition=req.partition,
+                    offset=req.offset,
+                    value=req.value,
+                    headers=dict(req.headers),
+                    attempts=req.attempts,
+                    redeliveries=0,
+                    due_at=req.due_at,
+                    state=WAITING if req.due_at is not None else BLOCKED,
+                    error_class=req.error_class,
+                    error_message=req.error_message,
+                    first_failure_at=req.first_failure_at,
+                    last_failure_at=req.last_failure_at,
                     history=[dict(x) for x in req.history],
                 )
                 .returning(R.c.seq)
@@ -113,14 +123,21 @@ class RedeliveryStore:
             sa.update(R)
             .where(R.c.seq == seq)
             .values(
-                due_at=due_at, state=WAITING, attempts=attempts, redeliveries=redeliveries,
-                error_class=error_class, error_message=error_message[:2000],
-                first_failure_at=first_failure_at, last_failure_at=last_failure_at,
+                due_at=due_at,
+                state=WAITING,
+                attempts=attempts,
+                redeliveries=redeliveries,
+                error_class=error_class,
+                error_message=error_message[:2000],
+                first_failure_at=first_failure_at,
+                last_failure_at=last_failure_at,
                 history=[dict(x) for x in history],
             )
         )
 
-    async def finish_head(self, conn: AsyncConnection, seq: int, consumer: str, key: str, now_ms: int) -> bool:
+    async def finish_head(
+        self, conn: AsyncConnection, seq: int, consumer: str, key: str, now_ms: int
+    ) -> bool:
         """Remove a finished head and make the key's next record due now; True if one remains."""
         await conn.execute(sa.delete(R).where(R.c.seq == seq))
         nxt = (
@@ -180,10 +197,22 @@ class RedeliveryStore:
 
 def _parked(r: sa.Row[Any]) -> Parked:
     return Parked(
-        seq=r.seq, consumer=r.consumer, key=r.key, event_id=r.event_id, topic=r.topic,
-        partition=r.partition, offset=r.offset, value=bytes(r.value), headers=r.headers or {},
-        attempts=r.attempts, redeliveries=r.redeliveries, due_at=r.due_at, state=r.state,
-        error_class=r.error_class, error_message=r.error_message,
-        first_failure_at=r.first_failure_at, last_failure_at=r.last_failure_at,
+        seq=r.seq,
+        consumer=r.consumer,
+        key=r.key,
+        event_id=r.event_id,
+        topic=r.topic,
+        partition=r.partition,
+        offset=r.offset,
+        value=bytes(r.value),
+        headers=r.headers or {},
+        attempts=r.attempts,
+        redeliveries=r.redeliveries,
+        due_at=r.due_at,
+        state=r.state,
+        error_class=r.error_class,
+        error_message=r.error_message,
+        first_failure_at=r.first_failure_at,
+        last_failure_at=r.last_failure_at,
         history=r.history or [],
     )

@@ -30,7 +30,7 @@ from aigc_hub.store.dialects import dialect_of
 from aigc_hub.store.engine import reader
 
 log = logging.getLogger(__name__)
-O = tables.outbox
+OUTBOX = tables.outbox
 LEASE_NAME = "outbox-relay"
 
 
@@ -53,6 +53,7 @@ class Relay:
         *,
         batch_size: int = 500,
         idle_interval: float = 0.05,
+        linger: float = 0.005,
         lease_ttl_ms: int = 10_000,
         failpoints: Failpoints = NONE,
         name: str | None = None,
@@ -62,6 +63,7 @@ class Relay:
         self.clock = clock
         self.batch_size = batch_size
         self.idle_interval = idle_interval
+        self.linger = linger
         self.lease_ttl_ms = lease_ttl_ms
         self.failpoints = failpoints
         self.name = name or f"relay-{ids.new_id_str()[-12:]}"
@@ -103,6 +105,9 @@ class Relay:
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.idle_interval)
+            if self._wake.is_set() and self.linger:
+                # Let a burst of commits gather so one pass publishes them together.
+                await asyncio.sleep(self.linger)
         with contextlib.suppress(Exception):
             await self._leases.release(LEASE_NAME, self.name)
 
@@ -139,9 +144,9 @@ class Relay:
             for row in claimed:
                 first_claimed.setdefault(row.key, row.id)
             oldest = await conn.execute(
-                sa.select(O.c.key, sa.func.min(O.c.id))
-                .where(O.c.published_at.is_(None), O.c.key.in_(list(first_claimed)))
-                .group_by(O.c.key)
+                sa.select(OUTBOX.c.key, sa.func.min(OUTBOX.c.id))
+                .where(OUTBOX.c.published_at.is_(None), OUTBOX.c.key.in_(list(first_claimed)))
+                .group_by(OUTBOX.c.key)
             )
             blocked = {k for k, min_id in oldest if min_id < first_claimed[k]}
             rows = [r for r in claimed if r.key not in blocked]
@@ -155,12 +160,14 @@ class Relay:
     @staticmethod
     def _unpublished() -> sa.Select[tuple[int, str, str, bytes, dict[str, str]]]:
         return (
-            sa.select(O.c.id, O.c.topic, O.c.key, O.c.value, O.c.headers)
-            .where(O.c.published_at.is_(None))
-            .order_by(O.c.id)
+            sa.select(OUTBOX.c.id, OUTBOX.c.topic, OUTBOX.c.key, OUTBOX.c.value, OUTBOX.c.headers)
+            .where(OUTBOX.c.published_at.is_(None))
+            .order_by(OUTBOX.c.id)
         )
 
-    async def _publish(self, rows: Sequence[sa.Row[tuple[int, str, str, bytes, dict[str, str]]]]) -> None:
+    async def _publish(
+        self, rows: Sequence[sa.Row[tuple[int, str, str, bytes, dict[str, str]]]]
+    ) -> None:
         messages = [
             OutgoingMessage(r.topic, r.key or None, r.value, dict(r.headers or {})) for r in rows
         ]
@@ -169,9 +176,9 @@ class Relay:
 
     async def _mark(self, conn: AsyncConnection, row_ids: list[int]) -> None:
         await conn.execute(
-            sa.update(O)
-            .where(O.c.id.in_(row_ids))
-            .values(published_at=self.clock.now_ms(), attempt_count=O.c.attempt_count + 1)
+            sa.update(OUTBOX)
+            .where(OUTBOX.c.id.in_(row_ids))
+            .values(published_at=self.clock.now_ms(), attempt_count=OUTBOX.c.attempt_count + 1)
         )
         self.published_total += len(row_ids)
 
@@ -179,8 +186,8 @@ class Relay:
         """Delete rows published before ``older_than_ms``; returns how many."""
         async with self.engine.begin() as conn:
             result = await conn.execute(
-                sa.delete(O)
-                .where(O.c.published_at.is_not(None), O.c.published_at < older_than_ms)
-                .returning(O.c.id)
+                sa.delete(OUTBOX)
+                .where(OUTBOX.c.published_at.is_not(None), OUTBOX.c.published_at < older_than_ms)
+                .returning(OUTBOX.c.id)
             )
             return len(result.all())

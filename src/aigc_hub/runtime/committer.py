@@ -103,8 +103,7 @@ class Committer:
     async def close(self) -> None:
         """Stop after committing what is queued."""
         if self._task is not None:
-            while not self._queue.empty():
-                await asyncio.sleep(0.001)
+            await self._queue.join()
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
@@ -122,12 +121,15 @@ class Committer:
                     break
                 try:
                     batch.append(
-                        self._queue.get_nowait() if not self._queue.empty()
+                        self._queue.get_nowait()
+                        if not self._queue.empty()
                         else await asyncio.wait_for(self._queue.get(), max(remaining, 0))
                     )
                 except TimeoutError:
                     break
             await self._commit(batch)
+            for _ in batch:
+                self._queue.task_done()
 
     async def _commit(self, batch: list[Outcome]) -> None:
         results: dict[int, CommitStatus | BaseException] = {}

@@ -114,8 +114,13 @@ class ConsumerGroupRuntime:
         self._consumer: Consumer | None = None
         self.finished = 0
         self.failures = FailureRouter(
-            deps.engine, deps.dlq, deps.redeliveries, deps.clock, deps.delayed,
-            on_parked=self._mark_parked, on_released=self._mark_released,
+            deps.engine,
+            deps.dlq,
+            deps.redeliveries,
+            deps.clock,
+            deps.delayed,
+            on_parked=self._mark_parked,
+            on_released=self._mark_released,
         )
         self._chain = compose(
             [
@@ -254,8 +259,12 @@ class ConsumerGroupRuntime:
     async def _handle(self, item: _Item) -> str:
         rec, env = item.record, item.envelope
         ctx = HandlerContext(
-            consumer=self.group, pipeline=self.spec.pipeline, record=rec,
-            engine=self.deps.engine, clock=self.deps.clock, redelivery=item.redelivery,
+            consumer=self.group,
+            pipeline=self.spec.pipeline,
+            record=rec,
+            engine=self.deps.engine,
+            clock=self.deps.clock,
+            redelivery=item.redelivery,
         )
         if env is None:
             assert item.decode_error is not None
@@ -282,8 +291,14 @@ class ConsumerGroupRuntime:
         head = ctx.redelivery
         always = () if head is None else (self._head_finisher(head),)
         status = await self.deps.committer.submit(
-            Outcome(self.group, envelope.event_id, list(ctx.writes), list(emitted),
-                    ctx.result_code, always)
+            Outcome(
+                self.group,
+                envelope.event_id,
+                list(ctx.writes),
+                list(emitted),
+                ctx.result_code,
+                always,
+            )
         )
         self.deps.failpoints.hit("consumer.after_commit")
         if status is CommitStatus.DUPLICATE:
@@ -297,7 +312,10 @@ class ConsumerGroupRuntime:
         async def finish(conn: object) -> None:
             remains = await self.deps.redeliveries.finish_head(
                 conn,  # type: ignore[arg-type]
-                head.seq, self.group, head.key, self.deps.clock.now_ms(),
+                head.seq,
+                self.group,
+                head.key,
+                self.deps.clock.now_ms(),
             )
             if not remains:
                 self._mark_released(head.key)
@@ -312,8 +330,13 @@ class ConsumerGroupRuntime:
             await self.deps.redeliveries.park(
                 conn,
                 ParkRequest(
-                    consumer=self.group, key=env.key, event_id=env.event_id, topic=rec.topic,
-                    partition=rec.partition, offset=rec.offset, value=rec.value,
+                    consumer=self.group,
+                    key=env.key,
+                    event_id=env.event_id,
+                    topic=rec.topic,
+                    partition=rec.partition,
+                    offset=rec.offset,
+                    value=rec.value,
                     headers=rec.headers,
                 ),
             )
@@ -344,7 +367,9 @@ class ConsumerGroupRuntime:
                 self._enqueue(self._item_from_parked(row))
             nxt = await self.deps.redeliveries.next_due_at(self.group)
             # Due rows already in flight (or owned elsewhere) wake us when they finish.
-            wait_s = TIMER_SCAN_S if nxt is None or nxt <= now else min(TIMER_SCAN_S, (nxt - now) / 1000)
+            wait_s = (
+                TIMER_SCAN_S if nxt is None or nxt <= now else min(TIMER_SCAN_S, (nxt - now) / 1000)
+            )
             sleeper = asyncio.ensure_future(clock.sleep(wait_s))
             waker = asyncio.ensure_future(self._timer_wake.wait())
             stopper = asyncio.ensure_future(stop.wait())

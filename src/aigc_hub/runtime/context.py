@@ -21,7 +21,6 @@ from aigc_hub.store.dialects import dialect_of
 from aigc_hub.store.engine import reader
 
 
-
 @dataclass(frozen=True)
 class RowInsert:
     """Insert one row; the committer sends many of these as one executemany per table."""
@@ -39,7 +38,9 @@ class RowInsert:
 
 #: A fact change run inside the runtime's transaction: a row insert, a statement, or a
 #: function of the connection that may return more events (e.g. only if a transition won).
-Write = RowInsert | Executable | Callable[[AsyncConnection], Awaitable[list[Envelope | Routed] | None]]
+Write = (
+    RowInsert | Executable | Callable[[AsyncConnection], Awaitable[list[Envelope | Routed] | None]]
+)
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 

@@ -47,8 +47,10 @@ class FailureRouter:
         self.on_parked = on_parked
         self.on_released = on_released
 
-    async def give_up(self, ctx: HandlerContext, envelope: Envelope | None, error: BaseException) -> str:
-        """Park or dead-letter ``ctx.record``; returns "parked", "rescheduled" or "dead_lettered"."""
+    async def give_up(
+        self, ctx: HandlerContext, envelope: Envelope | None, error: BaseException
+    ) -> str:
+        """Park or dead-letter ``ctx.record``: "parked", "rescheduled" or "dead_lettered"."""
         now = self.clock.now_ms()
         if not ctx.failures or ctx.failures[-1]["error_message"] != str(error)[:500]:
             ctx.note_failure(error)
@@ -75,41 +77,72 @@ class FailureRouter:
                     await self.redeliveries.park(
                         conn,
                         ParkRequest(
-                            consumer=ctx.consumer, key=key,
+                            consumer=ctx.consumer,
+                            key=key,
                             event_id=envelope.event_id if envelope else None,
-                            topic=record.topic, partition=record.partition, offset=record.offset,
-                            value=record.value, headers=record.headers, attempts=attempts,
+                            topic=record.topic,
+                            partition=record.partition,
+                            offset=record.offset,
+                            value=record.value,
+                            headers=record.headers,
+                            attempts=attempts,
                             due_at=now + int(next_try.delay * 1000),
-                            error_class=type(error).__name__, error_message=str(error),
-                            first_failure_at=first, last_failure_at=now, history=history,
+                            error_class=type(error).__name__,
+                            error_message=str(error),
+                            first_failure_at=first,
+                            last_failure_at=now,
+                            history=history,
                         ),
                     )
                 else:
                     await self.redeliveries.reschedule(
-                        conn, head.seq, due_at=now + int(next_try.delay * 1000),
-                        attempts=attempts, redeliveries=performed,
-                        error_class=type(error).__name__, error_message=str(error),
-                        first_failure_at=first, last_failure_at=now, history=history,
+                        conn,
+                        head.seq,
+                        due_at=now + int(next_try.delay * 1000),
+                        attempts=attempts,
+                        redeliveries=performed,
+                        error_class=type(error).__name__,
+                        error_message=str(error),
+                        first_failure_at=first,
+                        last_failure_at=now,
+                        history=history,
                     )
             self.on_parked(key)
             return "parked" if head is None else "rescheduled"
 
         draft = DeadLetterDraft(
-            topic=record.topic, partition=record.partition, offset=record.offset,
-            key=record.key, consumer=ctx.consumer, pipeline=ctx.pipeline, value=record.value,
-            headers=record.headers, error_class=type(error).__name__,
-            error_message=str(error), attempts=attempts, first_failure_at=first,
-            last_failure_at=now, envelope=envelope, history=history,
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            key=record.key,
+            consumer=ctx.consumer,
+            pipeline=ctx.pipeline,
+            value=record.value,
+            headers=record.headers,
+            error_class=type(error).__name__,
+            error_message=str(error),
+            attempts=attempts,
+            first_failure_at=first,
+            last_failure_at=now,
+            envelope=envelope,
+            history=history,
         )
         still_parked = False
         async with self.engine.begin() as conn:
             await self.dlq.add(conn, draft)
             if head is not None:
-                still_parked = await self.redeliveries.finish_head(conn, head.seq, ctx.consumer, key, now)
+                still_parked = await self.redeliveries.finish_head(
+                    conn, head.seq, ctx.consumer, key, now
+                )
         metrics.DEAD_LETTERS.labels(ctx.consumer, record.topic, type(error).__name__).inc()
         log.warning(
             "dead-lettered %s/%s@%s for %s after %d attempts: %s",
-            record.topic, record.partition, record.offset, ctx.consumer, attempts, error,
+            record.topic,
+            record.partition,
+            record.offset,
+            ctx.consumer,
+            attempts,
+            error,
         )
         if head is not None and not still_parked:
             self.on_released(key)

@@ -33,7 +33,9 @@ class OffsetTracker:
             self._commit_point[tp] = finished + 1
             self._dirty.add(tp)
 
-    def take_committable(self, only: set[TopicPartition] | None = None) -> dict[TopicPartition, int]:
+    def take_committable(
+        self, only: set[TopicPartition] | None = None
+    ) -> dict[TopicPartition, int]:
         """Next-offset-to-read per partition (of ``only``) that advanced since the last call."""
         chosen = self._dirty if only is None else self._dirty & only
         out = {tp: self._commit_point[tp] for tp in chosen if tp in self._commit_point}

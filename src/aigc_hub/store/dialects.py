@@ -7,6 +7,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class Dialect:
         return sqlite.insert(table)
 
 
-def dialect_of(bind: sa.engine.interfaces.Connectable | Any) -> Dialect:
+def dialect_of(bind: AsyncConnection | AsyncEngine | sa.Connection | sa.Engine) -> Dialect:
     """The :class:`Dialect` of an engine or connection (sync or async)."""
     name = bind.dialect.name
     return Dialect(name=name, skip_locked=name == "postgresql")

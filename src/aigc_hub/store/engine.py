@@ -3,12 +3,19 @@
 SQLite: WAL journal, a busy timeout, and transactions we begin ourselves with
 ``BEGIN IMMEDIATE`` (the writer lock is taken up front, so two processes never deadlock on a
 read-to-write upgrade) which also makes SAVEPOINT work under the pysqlite driver.
+
+SQLite has one writer at a time. Inside a process, writers queue on the engine's pool of ONE
+connection (a FIFO wait) instead of racing for the file lock, which SQLite resolves by
+sleeping in its busy handler (milliseconds each time). Reads go through :func:`reader`, which
+uses a separate small pool of DEFERRED connections that WAL lets run beside the writer. So:
+never open a second connection of the same engine while holding a write transaction.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +26,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+SQLITE_READERS = 4
+
+# Reader engines of SQLite engines, disposed together with their writer engine.
+_readers: weakref.WeakKeyDictionary[sa.Engine, AsyncEngine] = weakref.WeakKeyDictionary()
 
 
 def normalize_url(url: str) -> str:
@@ -26,7 +37,12 @@ def normalize_url(url: str) -> str:
     parsed = make_url(url)
     if parsed.drivername in ("sqlite", "sqlite+aiosqlite"):
         return parsed.set(drivername="sqlite+aiosqlite").render_as_string(hide_password=False)
-    if parsed.drivername in ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg_async"):
+    if parsed.drivername in (
+        "postgresql",
+        "postgres",
+        "postgresql+psycopg",
+        "postgresql+psycopg_async",
+    ):
         return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
     return url
 
@@ -54,8 +70,33 @@ def _sqlite_engine(url: str, **kwargs: Any) -> AsyncEngine:
     if database and database != ":memory:":
         Path(os.path.dirname(os.path.abspath(database))).mkdir(parents=True, exist_ok=True)
     kwargs.setdefault("connect_args", {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+    kwargs.setdefault("pool_size", 1)
+    kwargs.setdefault("max_overflow", 0)
+    kwargs.setdefault("pool_timeout", 120)
+    # Connection.close() already rolls back an unfinished transaction; a pool reset would
+    # cost one more thread hop per checkout.
+    kwargs.setdefault("pool_reset_on_return", None)
     engine = create_async_engine(url, **kwargs)
+    _configure_sqlite(engine)
+    reads = create_async_engine(
+        url,
+        connect_args=kwargs["connect_args"],
+        pool_size=SQLITE_READERS,
+        max_overflow=0,
+        pool_timeout=120,
+        pool_reset_on_return=None,
+    )
+    _configure_sqlite(reads)
+    _readers[engine.sync_engine] = reads
 
+    @event.listens_for(engine.sync_engine, "engine_disposed")
+    def _on_dispose(_engine: sa.Engine) -> None:
+        reads.sync_engine.dispose()
+
+    return engine
+
+
+def _configure_sqlite(engine: AsyncEngine) -> None:
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # Let SQLAlchemy, not the driver, emit BEGIN (needed for SAVEPOINT and IMMEDIATE).
@@ -72,12 +113,10 @@ def _sqlite_engine(url: str, **kwargs: Any) -> AsyncEngine:
         mode = conn.get_execution_options().get("sqlite_begin", "IMMEDIATE")
         conn.exec_driver_sql(f"BEGIN {mode}")
 
-    return engine
-
 
 @contextlib.asynccontextmanager
 async def reader(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-    """A connection for reads: on SQLite it begins DEFERRED so it never takes the write lock."""
-    async with engine.connect() as conn:
+    """A connection for reads: on SQLite a DEFERRED one beside the writer (never its lock)."""
+    async with _readers.get(engine.sync_engine, engine).connect() as conn:
         conn = await conn.execution_options(sqlite_begin="DEFERRED")
         yield conn

@@ -4,10 +4,16 @@ The chain lives in the package (``aigc_hub/store/migrations``), so an installed 
 migrate a database without an ``alembic.ini`` on disk. Alembic runs on sync drivers
 (pysqlite, psycopg); the application itself uses the async engines of ``store.engine``.
 
-Pipelines declare their tables on ``store.tables.metadata`` and add revisions to the same
-``migrations/versions`` folder, each revising the current head, so the chain stays linear::
+Pipelines declare their tables on ``store.tables.metadata`` (in ``pipelines/<name>/models.py``,
+found by :func:`target_metadata`) and add revisions to the same ``migrations/versions`` folder,
+each revising the current head, so the chain stays linear. To write one, against a database
+migrated to head::
 
-    alembic.command.revision(alembic_config(), message="generation tasks", rev_id="0002")
+    with sa.create_engine(sync_url(url)).connect() as conn:
+        command.revision(alembic_config(conn), "generation tasks", autogenerate=True,
+                         rev_id="0002")
+
+then read and edit the file: it is frozen once merged.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import importlib
 import importlib.util
 import os
 import pkgutil
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +42,10 @@ from aigc_hub.store import tables
 
 #: The Alembic script folder shipped inside the package.
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+#: Alembic's ``context`` and ``op`` are process-wide proxies: one run at a time per process.
+_RUN_LOCK = threading.Lock()
+#: PostgreSQL advisory lock held while migrating, so concurrent upgrades queue up.
+PG_LOCK_KEY = 0x61_69_67_63_68_75_62  # "aigchub"
 
 
 def target_metadata() -> sa.MetaData:
@@ -60,6 +71,13 @@ def alembic_config(connection: sa.Connection | None = None) -> Config:
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     config.set_main_option("path_separator", "os")
     config.set_main_option("file_template", "%%(rev)s_%%(slug)s")
+    # New revisions come out ruff-formatted (a dev-time step: needs ruff installed).
+    config.set_section_option("post_write_hooks", "hooks", "ruff_format")
+    config.set_section_option("post_write_hooks", "ruff_format.type", "module")
+    config.set_section_option("post_write_hooks", "ruff_format.module", "ruff")
+    config.set_section_option(
+        "post_write_hooks", "ruff_format.options", "format REVISION_SCRIPT_FILENAME"
+    )
     if connection is not None:
         config.attributes["connection"] = connection
     return config
@@ -78,8 +96,13 @@ def sync_url(url: str) -> sa.URL:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    """Apply migrations up to ``revision``; each migration commits on its own, reruns are no-ops."""
-    with _connect(url, create=True) as conn:
+    """Apply migrations up to ``revision``; a rerun is a no-op.
+
+    Safe to call from several threads or processes at once: runs on one database take turns
+    and a later run finds the work done. A failed migration rolls back (SQLite: the whole
+    run; PostgreSQL: that revision, the ones before it stay applied).
+    """
+    with _RUN_LOCK, _connect(url, create=True) as conn, _exclusive(conn):
         command.upgrade(alembic_config(conn), revision)
 
 
@@ -122,6 +145,21 @@ def _connect(url: str, *, create: bool) -> Iterator[sa.Connection]:
             yield conn
     finally:
         engine.dispose()
+
+
+@contextmanager
+def _exclusive(conn: sa.Connection) -> Iterator[None]:
+    """Hold the database's migration lock; Alembic reads the current revision under it."""
+    if conn.dialect.name == "sqlite":
+        # One BEGIN IMMEDIATE around the whole run: the writer lock is the migration lock.
+        with conn.begin():
+            yield
+        return
+    # PostgreSQL: a session-level lock, so Alembic can still commit per revision; it is
+    # released when the connection closes (NullPool) at the end of the run.
+    conn.execute(sa.text("SELECT pg_advisory_lock(:key)"), {"key": PG_LOCK_KEY})
+    conn.commit()
+    yield
 
 
 def _sync_engine(url: str, *, create: bool) -> sa.Engine:

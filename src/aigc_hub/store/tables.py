@@ -43,9 +43,13 @@ outbox = sa.Table(
         postgresql_where=sa.text("published_at IS NULL"),
         sqlite_where=sa.text("published_at IS NULL"),
     ),
-    sa.Index("ix_outbox_key_unpublished", "key", "id",
-             postgresql_where=sa.text("published_at IS NULL"),
-             sqlite_where=sa.text("published_at IS NULL")),
+    sa.Index(
+        "ix_outbox_key_unpublished",
+        "key",
+        "id",
+        postgresql_where=sa.text("published_at IS NULL"),
+        sqlite_where=sa.text("published_at IS NULL"),
+    ),
 )
 
 #: One row per (consumer, event) whose effect is committed: the exactly-once guard.

@@ -1,4 +1,4 @@
-"""Handler middleware: ``async (call_next, envelope, ctx) -> list[Envelope]``, first is outermost."""
+"""Handler middleware: ``async (call_next, envelope, ctx) -> list[Envelope]``, outermost first."""
 
 from __future__ import annotations
 

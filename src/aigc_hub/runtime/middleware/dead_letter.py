@@ -14,7 +14,9 @@ class DeadLetter:
     def __init__(self, router: FailureRouter) -> None:
         self.router = router
 
-    async def __call__(self, call_next: Next, envelope: Envelope, ctx: HandlerContext) -> list[Envelope]:
+    async def __call__(
+        self, call_next: Next, envelope: Envelope, ctx: HandlerContext
+    ) -> list[Envelope]:
         """Run the chain; on failure park or dead-letter the record and report no events."""
         try:
             return await call_next(envelope, ctx)

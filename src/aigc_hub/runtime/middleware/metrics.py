@@ -14,7 +14,9 @@ from aigc_hub.runtime.middleware import Next
 class Metrics:
     """Observe handler duration and count errors per class."""
 
-    async def __call__(self, call_next: Next, envelope: Envelope, ctx: HandlerContext) -> list[Envelope]:
+    async def __call__(
+        self, call_next: Next, envelope: Envelope, ctx: HandlerContext
+    ) -> list[Envelope]:
         """Time the rest of the chain."""
         started = time.perf_counter()
         try:

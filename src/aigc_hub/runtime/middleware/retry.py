@@ -24,7 +24,9 @@ class RetryInProcess:
     def __init__(self, policy: RetryPolicy) -> None:
         self.policy = policy
 
-    async def __call__(self, call_next: Next, envelope: Envelope, ctx: HandlerContext) -> list[Envelope]:
+    async def __call__(
+        self, call_next: Next, envelope: Envelope, ctx: HandlerContext
+    ) -> list[Envelope]:
         """Run the rest of the chain until it succeeds or the policy gives up (then re-raise)."""
         failures = 0
         while True:

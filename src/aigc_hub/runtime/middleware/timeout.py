@@ -20,7 +20,9 @@ class Timeout:
     def __init__(self, seconds: float | None) -> None:
         self.seconds = seconds
 
-    async def __call__(self, call_next: Next, envelope: Envelope, ctx: HandlerContext) -> list[Envelope]:
+    async def __call__(
+        self, call_next: Next, envelope: Envelope, ctx: HandlerContext
+    ) -> list[Envelope]:
         """Run the rest of the chain under the time limit."""
         if self.seconds is None:
             return await call_next(envelope, ctx)

@@ -1,0 +1,225 @@
+"""Round trip: service call (fact + outbox row in one transaction) → relay → broker → handler.
+
+Prints enqueue throughput, end-to-end drain throughput, enqueue→effect latency at a fixed
+rate, and peak RSS. Every phase is bounded in count and time; only loopback/local files.
+
+    python bench/roundtrip.py                      # embedded defaults: SQLite + embedded log
+    python bench/roundtrip.py --database-url postgresql://postgres@127.0.0.1/test
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pydantic
+import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from aigc_hub.bootstrap import Hub
+from aigc_hub.core.envelope import Envelope
+from aigc_hub.messaging.catalog import TopicSpec
+from aigc_hub.messaging.embedded import EmbeddedBroker
+from aigc_hub.pipeline import Pipeline
+from aigc_hub.runtime.context import HandlerContext
+from aigc_hub.runtime.middleware import Next
+from aigc_hub.store import engine as store_engine
+from aigc_hub.store import migrate
+
+TOPIC = "bench.tasks"
+EVENT = "bench.task.enqueued"
+
+bench_metadata = sa.MetaData()
+tasks = sa.Table(
+    "bench_tasks",
+    bench_metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("body", sa.Text, nullable=False),
+)
+effects = sa.Table(
+    "bench_effects",
+    bench_metadata,
+    sa.Column("task_id", sa.String(36), primary_key=True),
+    sa.Column("applied_at", sa.BigInteger, nullable=False),
+)
+
+
+class TaskEnqueued(pydantic.BaseModel):
+    """The bench task: about 300 bytes of payload."""
+
+    task_id: str
+    body: str
+    sent_ns: int
+
+
+def make_pipeline(partitions: int) -> Pipeline:
+    """One topic, one handler doing one idempotent insert."""
+    p = Pipeline("bench")
+    p.topic(TopicSpec(TOPIC, partitions, 86_400_000, pipeline="bench"))
+    p.event(EVENT, 1, topic=TOPIC)(TaskEnqueued)
+
+    @p.handler("bench-workers", [TOPIC])
+    async def apply_task(env: Envelope, ctx: HandlerContext) -> list[Envelope]:
+        payload = ctx.payload_as(TaskEnqueued)
+        ctx.insert(
+            effects, ignore_conflict=True, task_id=payload.task_id, applied_at=time.time_ns()
+        )
+        return []
+
+    return p
+
+
+class LatencyProbe:
+    """Middleware recording enqueue→effect-committed latency (the chain includes the commit)."""
+
+    def __init__(self) -> None:
+        self.samples_ms: list[float] = []
+        self.recording = False
+
+    async def __call__(
+        self, call_next: Next, envelope: Envelope, ctx: HandlerContext
+    ) -> list[Envelope]:
+        result = await call_next(envelope, ctx)
+        if self.recording and ctx.result_code == "applied":
+            sent = int(envelope.payload["sent_ns"])
+            self.samples_ms.append((time.time_ns() - sent) / 1e6)
+        return result
+
+
+async def enqueue_one(hub: Hub, i: int, run: str) -> None:
+    """The service call: a fact row and its outbox row in one transaction."""
+    task_id = f"{run}-{i:08d}"
+    body = ("task " + task_id + " ") * 8
+    env = Envelope.new(
+        EVENT,
+        {"task_id": task_id, "body": body[:220], "sent_ns": time.time_ns()},
+        key=task_id,
+        source="bench",
+    )
+    async with hub.transaction() as conn:
+        await conn.execute(tasks.insert().values(id=task_id, body=body))
+        await hub.outbox.add(conn, [env])
+
+
+async def count_effects(hub: Hub) -> int:
+    async with hub.engine.connect() as conn:
+        return int(
+            (await conn.execute(sa.select(sa.func.count()).select_from(effects))).scalar_one()
+        )
+
+
+async def main(args: argparse.Namespace) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="aigc-bench-"))
+    url = args.database_url or f"sqlite:///{workdir / 'hub.db'}"
+    migrate.upgrade(url)
+    engine = store_engine.create_engine(url)
+    async with engine.begin() as conn:
+        await conn.run_sync(bench_metadata.drop_all)
+        await conn.run_sync(bench_metadata.create_all)
+    probe = LatencyProbe()
+    broker = EmbeddedBroker(workdir / "log.db")
+    hub = Hub(
+        engine=engine,
+        broker=broker,
+        pipelines=[make_pipeline(args.partitions)],
+        concurrency=args.concurrency,
+        middleware=[probe],
+    )
+    await hub.start()
+    n = args.tasks
+    print(
+        f"profile: {'SQLite' if url.startswith('sqlite') else 'PostgreSQL'} + embedded log; "
+        f"{n} tasks, concurrency {args.concurrency}, {args.partitions} partitions"
+    )
+
+    # 1. enqueue throughput: service calls from a few concurrent callers, consumers stopped
+    t0 = time.perf_counter()
+    sem = asyncio.Semaphore(args.callers)
+
+    async def call(i: int) -> None:
+        async with sem:
+            await enqueue_one(hub, i, "drain")
+
+    await asyncio.gather(*(call(i) for i in range(n)))
+    enqueue_s = time.perf_counter() - t0
+    print(
+        f"enqueue:    {n / enqueue_s:9.0f} service calls/s  ({n} in {enqueue_s:.2f} s, "
+        f"{args.callers} callers)"
+    )
+
+    # 2. drain: relay + consumer from a standing start until every effect is committed
+    stop = asyncio.Event()
+    t1 = time.perf_counter()
+    runner = asyncio.create_task(hub.run(stop))
+    deadline = t1 + args.max_seconds
+    while await count_effects(hub) < n:
+        if time.perf_counter() > deadline:
+            print("drain did not finish in time", file=sys.stderr)
+            break
+        await asyncio.sleep(0.05)
+    drain_s = time.perf_counter() - t1
+    print(
+        f"drain:      {n / drain_s:9.0f} tasks/s end to end  ({n} in {drain_s:.2f} s, "
+        f"{hub.committer.commits} group commits)"
+    )
+
+    # 3. latency at a fixed rate while everything runs
+    probe.recording = True
+    rate, seconds = args.rate, args.seconds
+    start = time.perf_counter()
+    sent = 0
+    pending: set[asyncio.Task[None]] = set()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        due = int(elapsed * rate)
+        while sent < due:
+            t = asyncio.create_task(enqueue_one(hub, sent, "rate"))
+            pending.add(t)
+            t.add_done_callback(pending.discard)
+            sent += 1
+        await asyncio.sleep(0.002)
+    await asyncio.gather(*pending)
+    target = n + sent
+    deadline = time.perf_counter() + 30
+    while await count_effects(hub) < target and time.perf_counter() < deadline:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.2)
+    probe.recording = False
+    samples = sorted(probe.samples_ms)
+    if samples:
+        p50 = statistics.median(samples)
+        p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]
+        print(
+            f"latency:    p50 {p50:6.1f} ms   p99 {p99:6.1f} ms   enqueue→effect at {rate}/s "
+            f"for {seconds:g} s ({len(samples)} samples)"
+        )
+    stop.set()
+    await runner
+    await hub.close()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS:   {peak:9.0f} MiB")
+
+
+def parse() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--tasks", type=int, default=20_000, help="tasks for the drain phase")
+    ap.add_argument("--rate", type=int, default=500, help="tasks/s for the latency phase")
+    ap.add_argument("--seconds", type=float, default=10.0, help="length of the latency phase")
+    ap.add_argument("--concurrency", type=int, default=4, help="handlers in flight")
+    ap.add_argument("--partitions", type=int, default=12)
+    ap.add_argument("--callers", type=int, default=8, help="concurrent service callers")
+    ap.add_argument("--max-seconds", type=float, default=300.0, help="give up draining after")
+    ap.add_argument("--database-url", default=None, help="default: a fresh SQLite file")
+    return ap.parse_args()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse()))

@@ -1,0 +1,80 @@
+"""``aigc-hub up | relay | worker``: run the hub, or one of its parts, until Ctrl-C."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from typing import Annotated
+
+import typer
+
+from aigc_hub import bootstrap
+from aigc_hub.cli import common
+from aigc_hub.settings import Settings
+
+
+async def _serve(settings: Settings, *, relay: bool, groups: list[str] | None) -> None:
+    hub = bootstrap.Hub.from_settings(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    known = {s.group for s in hub.handler_specs}
+    unknown = sorted(set(groups or ()) - known)
+    if unknown:
+        await hub.close()
+        common.fail(
+            f"unknown consumer group(s) {', '.join(unknown)}; known: "
+            f"{', '.join(sorted(known)) or 'none (no pipeline installed)'}",
+            common.ExitCode.NOT_FOUND,
+        )
+    try:
+        await hub.start()
+        if relay and groups is None:
+            await hub.run(stop)
+        elif relay:
+            await hub.relay.run(stop)
+        else:
+            await hub.run(stop, groups=groups, relay=False)
+    finally:
+        await hub.close()
+
+
+def _configure_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+def up() -> None:
+    """Run everything on one machine (migrations, relay, every consumer group) until Ctrl-C."""
+    settings = Settings()
+    _configure_logging()
+    url = bootstrap.prepare_database(settings)
+    out = common.console()
+    out.print(f"[bold]AIGC Hub[/] up: database {url}, embedded log {settings.resolved_log_path()}")
+    out.print(f"data lives under {settings.data_dir.resolve()}; Ctrl-C stops")
+    common.run_async(_serve(settings, relay=True, groups=None))
+
+
+def relay() -> None:
+    """Run only the outbox relay (start several on PostgreSQL; one is active on SQLite)."""
+    _configure_logging()
+    common.run_async(_serve(Settings(), relay=True, groups=[]))
+
+
+def worker(
+    group: Annotated[list[str], typer.Option("--group", help="Consumer group(s) to run.")],
+    concurrency: Annotated[
+        int | None, typer.Option(envvar="AIGC_HUB_CONCURRENCY", min=1, help="Records in flight.")
+    ] = None,
+) -> None:
+    """Run the named consumer groups; start more workers to share partitions."""
+    settings = Settings()
+    if concurrency:
+        settings.concurrency = concurrency
+    _configure_logging()
+    common.run_async(_serve(settings, relay=False, groups=group))
