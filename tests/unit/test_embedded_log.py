@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from aigc_hub.core.clock import ManualClock
-from aigc_hub.messaging import embedded
+from aigc_hub.messaging import embedded_retention
 from aigc_hub.messaging import embedded_schema as schema
 from aigc_hub.messaging.base import OutgoingMessage, Record, TopicPartition
 from aigc_hub.messaging.catalog import TopicSpec
@@ -87,7 +87,7 @@ async def test_publishing_to_an_undeclared_topic_creates_one_partition(
 async def test_retention_deletes_old_prefix_in_chunks_and_keeps_young(
     broker: EmbeddedBroker, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(embedded, "RETENTION_CHUNK", 3)
+    monkeypatch.setattr(embedded_retention, "RETENTION_CHUNK", 3)
     await broker.ensure_topics([TopicSpec("short", 1, 60_000), TopicSpec("forever", 1, None)])
     await broker.publish(msgs("short", 10, tag="old") + msgs("forever", 4))
     await clock.advance(120)

@@ -19,38 +19,25 @@ import json
 import logging
 import os
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from aigc_hub.core.clock import Clock, SystemClock
-from aigc_hub.messaging import embedded_consumer
+from aigc_hub.messaging import embedded_consumer, embedded_retention, embedded_topics
 from aigc_hub.messaging import embedded_schema as schema
 from aigc_hub.messaging.base import (
     Features,
     OutgoingMessage,
     PartitionLag,
     RebalanceCallback,
-    TopicPartition,
     partition_for,
 )
 from aigc_hub.messaging.catalog import TopicSpec
 from aigc_hub.store import engine as store_engine
 
 log = logging.getLogger(__name__)
-
-#: Records deleted per retention transaction, so the write lock is never held for long.
-RETENTION_CHUNK = 5_000
-
-
-@dataclass(frozen=True)
-class TopicInfo:
-    """A topic's id and its partitions' ids, index = partition number (fixed once created)."""
-
-    id: int
-    tp_ids: tuple[int, ...]
 
 
 class EmbeddedBroker:
@@ -92,9 +79,8 @@ class EmbeddedBroker:
         self._start_lock: asyncio.Lock | None = None
         self._retention_task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
-        self._topics: dict[str, TopicInfo] = {}
-        self._uncommitted_topics: list[str] = []
-        self._tp_names: dict[int, TopicPartition] = {}
+        #: Topic names to partition ids, shared with this broker's consumers.
+        self.directory = embedded_topics.TopicDirectory()
         self._consumers: list[embedded_consumer.EmbeddedConsumer] = []
         self._sticky = itertools.count()
         self._closed = False
@@ -150,7 +136,7 @@ class EmbeddedBroker:
                     )
                 ).first()
                 if row is None:
-                    await self._create_topic(conn, spec.name, spec.partitions, spec.retention_ms)
+                    await self.directory.create(conn, spec.name, spec.partitions, spec.retention_ms)
                 elif row.partitions != spec.partitions:
                     have, want = row.partitions, spec.partitions
                     raise ValueError(f"topic {spec.name!r} has {have} partitions, not {want}")
@@ -170,7 +156,7 @@ class EmbeddedBroker:
         keyless = next(self._sticky)  # one partition per batch for keyless messages
         p = schema.partitions
         async with self.writing() as conn:
-            infos = await self.topic_infos(conn, {m.topic for m in messages}, create=True)
+            infos = await self.directory.load(conn, {m.topic for m in messages}, create=True)
             by_tp: dict[int, list[OutgoingMessage]] = {}
             for msg in messages:
                 tp_ids = infos[msg.topic].tp_ids
@@ -250,51 +236,11 @@ class EmbeddedBroker:
     async def enforce_retention(self) -> int:
         """Delete each partition's prefix of records older than its topic's retention; a count.
 
-        Stops at a partition's first young record (as Kafka deletes whole old segments), in
-        short transactions, so concurrent appends and fetches carry on.
+        Stops at a partition's first young record, in short transactions, so concurrent
+        appends and fetches carry on (see ``embedded_retention``).
         """
         await self.start()
-        t, p = schema.topics, schema.partitions
-        now = self.clock.now_ms()
-        async with self.reading() as conn:
-            rows = await conn.execute(
-                sa.select(p.c.id, t.c.retention_ms)
-                .join_from(p, t, p.c.topic_id == t.c.id)
-                .where(t.c.retention_ms.is_not(None))
-            )
-            targets = rows.all()
-        deleted = 0
-        for tp_id, retention_ms in targets:
-            deleted += await self._expire_partition(tp_id, now - retention_ms)
-        return deleted
-
-    async def _expire_partition(self, tp_id: int, cutoff_ms: int) -> int:
-        r = schema.records
-        deleted = 0
-        while True:
-            head = (
-                sa.select(r.c.offset, r.c.timestamp_ms)
-                .where(r.c.tp_id == tp_id)
-                .order_by(r.c.offset)
-                .limit(RETENTION_CHUNK)
-                .subquery()
-            )
-            first_young = sa.func.min(sa.case((head.c.timestamp_ms >= cutoff_ms, head.c.offset)))
-            probe = sa.select(
-                first_young, sa.func.min(head.c.offset), sa.func.max(head.c.offset), sa.func.count()
-            )
-            async with self.reading() as conn:  # most passes find nothing: no write lock
-                young, first, last, n = (await conn.execute(probe)).one()
-            if n == 0:
-                return deleted
-            upto = young if young is not None else last + 1
-            if upto > first:
-                # Only appends (above) and retention (the same prefix) can have run meanwhile.
-                async with self.writing() as conn:
-                    stmt = r.delete().where(r.c.tp_id == tp_id, r.c.offset < upto)
-                    deleted += (await conn.execute(stmt)).rowcount
-            if young is not None or n < RETENTION_CHUNK:
-                return deleted
+        return await embedded_retention.enforce(self, self.clock.now_ms())
 
     async def _retention_loop(self) -> None:
         assert self.retention_interval is not None
@@ -320,14 +266,12 @@ class EmbeddedBroker:
         """A write transaction (BEGIN IMMEDIATE), serialized with this process's other writers."""
         assert self._engine is not None, "broker not started"
         async with self.signal.write_lock:
-            self._uncommitted_topics = []
+            self.directory.begin()
             try:
                 async with self._engine.begin() as conn:
                     yield conn
             except BaseException:
-                for name in self._uncommitted_topics:  # created in a rolled-back transaction
-                    for tp_id in self._topics.pop(name).tp_ids:
-                        self._tp_names.pop(tp_id, None)
+                self.directory.rollback()
                 raise
 
     @contextlib.asynccontextmanager
@@ -337,70 +281,7 @@ class EmbeddedBroker:
         async with self._reader.begin() as conn:
             yield conn
 
-    def tp_id(self, tp: TopicPartition) -> int | None:
-        """The partition id of a topic-partition whose topic is loaded, else None."""
-        info = self._topics.get(tp.topic)
-        if info is None or not 0 <= tp.partition < len(info.tp_ids):
-            return None
-        return info.tp_ids[tp.partition]
-
     def discard_consumer(self, consumer: embedded_consumer.EmbeddedConsumer) -> None:
         """Forget a closed consumer."""
         with contextlib.suppress(ValueError):
             self._consumers.remove(consumer)
-
-    def tp_name(self, tp_id: int) -> TopicPartition:
-        """The topic-partition of a partition id loaded by :meth:`topic_infos`."""
-        return self._tp_names[tp_id]
-
-    async def topic_infos(
-        self, conn: AsyncConnection, names: set[str], *, create: bool = False
-    ) -> dict[str, TopicInfo]:
-        """Ids of the named topics that exist (creating missing ones with one partition)."""
-        missing = names - self._topics.keys()
-        if missing:
-            t, p = schema.topics, schema.partitions
-            rows = await conn.execute(
-                sa.select(t.c.name, t.c.id, p.c.id)
-                .join_from(t, p, p.c.topic_id == t.c.id)
-                .where(t.c.name.in_(missing))
-                .order_by(t.c.name, p.c.partition)
-            )
-            found: dict[str, tuple[int, list[int]]] = {}
-            for name, topic_id, tp_id in rows:
-                found.setdefault(name, (topic_id, []))[1].append(tp_id)
-            for name, (topic_id, tp_ids) in found.items():
-                self._remember(name, TopicInfo(topic_id, tuple(tp_ids)))
-            for name in missing - found.keys() if create else ():
-                await self._create_topic(conn, name, 1, None)
-        return {n: self._topics[n] for n in names if n in self._topics}
-
-    async def _create_topic(
-        self, conn: AsyncConnection, name: str, partitions: int, retention_ms: int | None
-    ) -> None:
-        if partitions < 1:
-            raise ValueError(f"topic {name!r} needs at least one partition")
-        t, p = schema.topics, schema.partitions
-        topic_id = (
-            await conn.execute(
-                t.insert()
-                .values(name=name, partitions=partitions, retention_ms=retention_ms)
-                .returning(t.c.id)
-            )
-        ).scalar_one()
-        tp_ids = (
-            await conn.execute(
-                p.insert().returning(p.c.id, sort_by_parameter_order=True),
-                [
-                    {"topic_id": topic_id, "partition": i, "next_offset": 0}
-                    for i in range(partitions)
-                ],
-            )
-        ).scalars()
-        self._remember(name, TopicInfo(topic_id, tuple(tp_ids)))
-        self._uncommitted_topics.append(name)
-
-    def _remember(self, name: str, info: TopicInfo) -> None:
-        self._topics[name] = info
-        for partition, tp_id in enumerate(info.tp_ids):
-            self._tp_names[tp_id] = TopicPartition(name, partition)

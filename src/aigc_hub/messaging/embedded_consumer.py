@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import logging
 import uuid
 from collections.abc import Iterable, Mapping
@@ -24,6 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from aigc_hub.messaging import embedded_reads as reads
 from aigc_hub.messaging import embedded_schema as schema
 from aigc_hub.messaging.base import RebalanceCallback, Record, TopicPartition
 
@@ -32,13 +32,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Partitions read per SELECT (one UNION ALL term each), well under SQLite's compound limit.
-TERMS_PER_SELECT = 100
-
 _gp = schema.group_partitions
 _members = schema.members
 _groups = schema.groups
-_records = schema.records
 
 
 class EmbeddedConsumer:
@@ -93,7 +89,7 @@ class EmbeddedConsumer:
                 await self._rebalance()  # someone joined or released: re-spread, then re-read
                 continue
             if rows:
-                return self._accept(rows)
+                return reads.to_records(rows, self.broker.directory, self._positions)
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return []
@@ -106,7 +102,7 @@ class EmbeddedConsumer:
         """Commit offsets of partitions this member still owns in the file; never backwards."""
         rows = []
         for tp, offset in offsets.items():
-            tp_id = self._tp_id(tp)
+            tp_id = self.broker.directory.tp_id(tp)
             if tp_id is not None and tp_id in self._positions:
                 rows.append({"b_tp": tp_id, "b_off": offset})
         if not rows:
@@ -125,7 +121,7 @@ class EmbeddedConsumer:
 
     def assignment(self) -> set[TopicPartition]:
         """Partitions this member owned at its last rebalance."""
-        return {self.broker.tp_name(tp_id) for tp_id in self._positions}
+        return {self.broker.directory.name(tp_id) for tp_id in self._positions}
 
     async def close(self) -> None:
         """Run ``on_revoke``, then release every partition at once and leave the group."""
@@ -178,7 +174,7 @@ class EmbeddedConsumer:
                 .scalars()
                 .all()
             )
-            infos = await broker.topic_infos(conn, set(self.topics))
+            infos = await broker.directory.load(conn, set(self.topics))
             tp_ids = sorted(tp for info in infos.values() for tp in info.tp_ids)
             if tp_ids:
                 await conn.execute(
@@ -304,74 +300,11 @@ class EmbeddedConsumer:
 
     async def _read(self, max_records: int) -> tuple[int, list[Any]]:
         """The group's generation and up to ``max_records`` rows of owned partitions."""
-        p = schema.partitions
         async with self.broker.reading() as conn:
             generation = await self._current_generation(conn)
-            if not self._positions:
-                return generation, []
-            ends = await conn.execute(
-                sa.select(p.c.id, p.c.next_offset).where(p.c.id.in_(list(self._positions)))
-            )
-            available = {
-                tp: end - self._positions[tp] for tp, end in ends if end > self._positions[tp]
-            }
-            rows: list[Any] = []
-            quotas = list(self._quotas(available, max_records).items())
-            for start in range(0, len(quotas), TERMS_PER_SELECT):
-                result = await conn.execute(self._select(quotas[start : start + TERMS_PER_SELECT]))
-                rows.extend(result)
-        rank = {tp: i for i, (tp, _) in enumerate(quotas)}
-        rows.sort(key=lambda row: (rank[row[0]], row[1]))  # partitions in turn, offsets in order
+            shift = next(self._rotation)
+            rows = await reads.read_owned(conn, self._positions, max_records, shift)
         return generation, rows
 
-    def _quotas(self, available: Mapping[int, int], max_records: int) -> dict[int, int]:
-        """Split ``max_records`` round-robin over partitions with records, from a rotating start."""
-        order = sorted(available)
-        if not order:
-            return {}
-        shift = next(self._rotation) % len(order)
-        active = order[shift:] + order[:shift]
-        quotas = dict.fromkeys(active, 0)
-        left = max_records
-        while left and active:
-            still = []
-            for tp in active:
-                if not left:
-                    break
-                quotas[tp] += 1
-                left -= 1
-                if quotas[tp] < available[tp]:
-                    still.append(tp)
-            active = still
-        return {tp: n for tp, n in quotas.items() if n}
-
-    def _select(self, quotas: list[tuple[int, int]]) -> sa.Select[Any] | sa.CompoundSelect[Any]:
-        r = _records
-        terms = []
-        for tp, limit in quotas:
-            sub = (
-                sa.select(r.c.tp_id, r.c.offset, r.c.key, r.c.value, r.c.headers, r.c.timestamp_ms)
-                .where(r.c.tp_id == tp, r.c.offset >= self._positions[tp])
-                .order_by(r.c.offset)
-                .limit(limit)
-                .subquery()
-            )
-            terms.append(sa.select(sub))
-        return terms[0] if len(terms) == 1 else sa.union_all(*terms)
-
-    def _accept(self, rows: Iterable[Any]) -> list[Record]:
-        out = []
-        for tp_id, offset, key, value, headers, ts in rows:
-            if tp_id not in self._positions:
-                continue  # released by a close() that ran while we read
-            tp = self.broker.tp_name(tp_id)
-            parsed = json.loads(headers) if headers != "{}" else {}
-            out.append(Record(tp.topic, tp.partition, offset, key, value, parsed, ts))
-            self._positions[tp_id] = offset + 1
-        return out
-
     def _names(self, tp_ids: Iterable[int]) -> set[TopicPartition]:
-        return {self.broker.tp_name(tp) for tp in tp_ids}
-
-    def _tp_id(self, tp: TopicPartition) -> int | None:
-        return self.broker.tp_id(tp)
+        return {self.broker.directory.name(tp) for tp in tp_ids}
