@@ -132,7 +132,12 @@ def running_consumer(h: SqliteHuey, workers: int, shutdown_timeout: float) -> It
 
 
 def main(args: argparse.Namespace) -> int:
-    workdir = Path(tempfile.mkdtemp(prefix="aigc-bench-huey-"))
+    with tempfile.TemporaryDirectory(prefix="aigc-bench-huey-") as tmp:
+        return run(args, Path(tmp))
+
+
+def run(args: argparse.Namespace, workdir: Path) -> int:
+    """Both phases on fresh files in ``workdir`` (removed afterwards by main)."""
     n, sync = args.tasks, args.synchronous.upper()
     facts = FactsDb(workdir / "facts.db", sync)
     for ddl in SCHEMA:

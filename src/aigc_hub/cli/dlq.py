@@ -8,11 +8,17 @@ import json
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from aigc_hub.cli import common
 from aigc_hub.core.clock import SystemClock
-from aigc_hub.reliability.dlq import DeadLetterFilter, DeadLetterNotFound, DeadLetterStore
+from aigc_hub.reliability.dlq import (
+    DeadLetterFilter,
+    DeadLetterNotFound,
+    DeadLetterNotReplayable,
+    DeadLetterStore,
+)
 from aigc_hub.reliability.outbox import EventRoutes, OutboxWriter
 from aigc_hub.settings import Settings
 from aigc_hub.store import engine as store_engine
@@ -99,14 +105,20 @@ def list_(
             return
         table = Table("id", "when (UTC)", "topic", "consumer", "error", "attempts", "status")
         for dl in letters:
+            # Stored text is data, never Rich markup: escape every cell.
             table.add_row(
-                str(dl.id),
-                _when(dl.created_at),
-                dl.topic,
-                dl.consumer,
-                f"{dl.error_class}: {dl.error_message[:60]}",
-                str(dl.attempts),
-                dl.status,
+                *(
+                    escape(cell)
+                    for cell in (
+                        str(dl.id),
+                        _when(dl.created_at),
+                        dl.topic,
+                        dl.consumer,
+                        f"{dl.error_class}: {dl.error_message[:60]}",
+                        str(dl.attempts),
+                        dl.status,
+                    )
+                )
             )
         common.console().print(table)
         if not letters:
@@ -128,27 +140,32 @@ def show(dead_letter_id: Annotated[int, typer.Argument(help="The dead letter's i
         finally:
             await store.engine.dispose()
         out = common.console()
-        out.print(f"[bold]dead letter {dl.id}[/] ({dl.status})")
-        out.print(f"topic {dl.topic} partition {dl.partition} offset {dl.offset} key {dl.key}")
+        e = escape  # stored text is data, never Rich markup
+        out.print(f"[bold]dead letter {dl.id}[/] ({e(dl.status)})")
+        out.print(e(f"topic {dl.topic} partition {dl.partition} offset {dl.offset} key {dl.key}"))
         out.print(
-            f"consumer {dl.consumer} (pipeline {dl.pipeline}), {dl.attempts} attempts, "
-            f"first failure {_when(dl.first_failure_at)}, last {_when(dl.last_failure_at)}"
+            e(
+                f"consumer {dl.consumer} (pipeline {dl.pipeline}), {dl.attempts} attempts, "
+                f"first failure {_when(dl.first_failure_at)}, last {_when(dl.last_failure_at)}"
+            )
         )
-        out.print(f"error {dl.error_class}: {dl.error_message}")
+        out.print(e(f"error {dl.error_class}: {dl.error_message}"))
         env = dl.envelope()
         out.print("[bold]envelope[/]")
         if env is not None:
             out.print_json(env.model_dump_json())
         else:
-            out.print(repr(dl.value[:500]))
+            out.print(e(repr(dl.value[:500])))
         out.print("[bold]headers[/]")
         for k, v in sorted(dl.headers.items()):
-            out.print(f"  {k}: {v}")
+            out.print(e(f"  {k}: {v}"))
         out.print("[bold]history[/]")
         for h in dl.history:
             out.print(
-                f"  {_when(h.get('at'))} attempt {h.get('attempt')}: "
-                f"{h.get('error_class')}: {h.get('error_message')}"
+                e(
+                    f"  {_when(h.get('at'))} attempt {h.get('attempt')}: "
+                    f"{h.get('error_class')}: {h.get('error_message')}"
+                )
             )
 
     common.run_async(run())
@@ -167,9 +184,11 @@ def replay(
             dl = await store.replay(dead_letter_id, actor=actor or _default_actor())
         except DeadLetterNotFound as exc:
             common.fail(str(exc), common.ExitCode.NOT_FOUND)
+        except DeadLetterNotReplayable as exc:
+            common.fail(str(exc), common.ExitCode.CONFLICT)
         finally:
             await store.engine.dispose()
-        common.console().print(f"replayed dead letter {dl.id} to {dl.topic}")
+        common.console().print(escape(f"replayed dead letter {dl.id} to {dl.topic}"))
 
     common.run_async(run())
 

@@ -74,7 +74,6 @@ class EmbeddedBroker:
         self.max_poll_interval = max_poll_interval
         self.retention_interval = retention_interval
         self._engine: AsyncEngine | None = None
-        self._reader: AsyncEngine | None = None
         self._signal: schema.Signal | None = None
         self._start_lock: asyncio.Lock | None = None
         self._retention_task: asyncio.Task[None] | None = None
@@ -101,7 +100,6 @@ class EmbeddedBroker:
             async with engine.begin() as conn:
                 await conn.run_sync(schema.metadata.create_all)
             self._signal = schema.signal_for(self.path)
-            self._reader = engine.execution_options(sqlite_begin="DEFERRED")
             if self.retention_interval is not None:
                 self._retention_task = asyncio.create_task(self._retention_loop())
             self._engine = engine
@@ -276,9 +274,9 @@ class EmbeddedBroker:
 
     @contextlib.asynccontextmanager
     async def reading(self) -> AsyncIterator[AsyncConnection]:
-        """A read transaction (BEGIN DEFERRED): one consistent snapshot, no write lock."""
-        assert self._reader is not None, "broker not started"
-        async with self._reader.begin() as conn:
+        """A read transaction (BEGIN DEFERRED, reader pool): one snapshot, no write lock."""
+        assert self._engine is not None, "broker not started"
+        async with store_engine.reader(self._engine) as conn, conn.begin():
             yield conn
 
     def discard_consumer(self, consumer: embedded_consumer.EmbeddedConsumer) -> None:

@@ -51,5 +51,5 @@ class OffsetTracker:
             self._dirty.discard(tp)
 
     def in_flight(self) -> int:
-        """How many fetched records are not finished yet."""
+        """Fetched records the commit point has not passed yet (bounds how much is fetched)."""
         return sum(len(p) for p in self._pending.values())
