@@ -32,8 +32,8 @@ test: $(STAMP)
 
 ## Lint and type-check the package.
 check: $(STAMP)
-	$(VENV)/bin/ruff check src tests bench
-	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/ruff check src tests bench examples
+	$(VENV)/bin/ruff format --check src tests bench examples
 	$(VENV)/bin/mypy
 
 ## Print the benchmark figures (see docs/benchmarks.md).

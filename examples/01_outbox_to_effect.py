@@ -1,4 +1,4 @@
-"""Example 1: a service call writes a fact and an event in one transaction; a handler applies it once.
+"""Example 1: one transaction writes a fact and an event; a handler applies the event once.
 
 Run: python examples/01_outbox_to_effect.py   (uses a temporary folder; nothing to set up)
 """

@@ -1,4 +1,4 @@
-"""Example 2: a handler rejects an event for good; it lands in the DLQ; fixed, a replay applies it once.
+"""Example 2: a rejected event lands in the DLQ; once fixed, a replay applies it exactly once.
 
 Run: python examples/02_dead_letter_and_replay.py
 """
