@@ -28,24 +28,19 @@ async def mark(
     if not event_ids:
         return set()
     unique = list(dict.fromkeys(event_ids))
+    # executemany + RETURNING: compiled once and cached ("insertmanyvalues" batches it),
+    # unlike a multi-row VALUES list whose SQL differs with every batch size.
     stmt = (
         dialect_of(conn)
         .insert(INBOX)
-        .values(
-            [
-                {
-                    "consumer": consumer,
-                    "event_id": eid,
-                    "processed_at": now_ms,
-                    "result_code": result_code,
-                }
-                for eid in unique
-            ]
-        )
         .on_conflict_do_nothing(index_elements=[INBOX.c.consumer, INBOX.c.event_id])
         .returning(INBOX.c.event_id)
     )
-    return {row[0] for row in await conn.execute(stmt)}
+    rows = [
+        {"consumer": consumer, "event_id": eid, "processed_at": now_ms, "result_code": result_code}
+        for eid in unique
+    ]
+    return {row[0] for row in await conn.execute(stmt, rows)}
 
 
 async def unmark(conn: AsyncConnection, consumer: str, event_id: str) -> None:

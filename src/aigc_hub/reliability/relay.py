@@ -105,8 +105,9 @@ class Relay:
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.idle_interval)
-            if self._wake.is_set() and self.linger:
-                # Let a burst of commits gather so one pass publishes them together.
+            if self._wake.is_set() and self.linger and stats.published > 1:
+                # Busy (the last pass found several rows): let a burst of commits gather so
+                # one pass publishes them together. Idle: publish at once, for latency.
                 await asyncio.sleep(self.linger)
         with contextlib.suppress(Exception):
             await self._leases.release(LEASE_NAME, self.name)

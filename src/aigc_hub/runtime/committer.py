@@ -110,11 +110,15 @@ class Committer:
             self._task = None
 
     async def _run(self) -> None:
+        last_size = 1
         while True:
             first = await self._queue.get()
             batch = [first]
             loop = asyncio.get_running_loop()
-            deadline = loop.time() + self.max_wait
+            # Adaptive, like Nagle: under light load (last batch was a single outcome) commit
+            # at once; under load wait up to max_wait so a batch can fill.
+            wait = self.max_wait if last_size > 1 else 0.0
+            deadline = loop.time() + wait
             while len(batch) < self.max_batch:
                 remaining = deadline - loop.time()
                 if remaining <= 0 and self._queue.empty():
@@ -128,6 +132,7 @@ class Committer:
                 except TimeoutError:
                     break
             await self._commit(batch)
+            last_size = len(batch)
             for _ in batch:
                 self._queue.task_done()
 

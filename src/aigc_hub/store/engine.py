@@ -25,6 +25,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from aigc_hub.store import sqlite_inline
+
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 SQLITE_READERS = 4
 
@@ -70,6 +72,11 @@ def _sqlite_engine(url: str, **kwargs: Any) -> AsyncEngine:
     if database and database != ":memory:":
         Path(os.path.dirname(os.path.abspath(database))).mkdir(parents=True, exist_ok=True)
     kwargs.setdefault("connect_args", {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+    if database and database != ":memory:":
+        # statements run inline on the loop's thread: see store/sqlite_inline.py
+        kwargs.setdefault(
+            "async_creator", sqlite_inline.creator(database, SQLITE_BUSY_TIMEOUT_MS / 1000)
+        )
     kwargs.setdefault("pool_size", 1)
     kwargs.setdefault("max_overflow", 0)
     kwargs.setdefault("pool_timeout", 120)
@@ -85,6 +92,7 @@ def _sqlite_engine(url: str, **kwargs: Any) -> AsyncEngine:
         max_overflow=0,
         pool_timeout=120,
         pool_reset_on_return=None,
+        **({"async_creator": kwargs["async_creator"]} if "async_creator" in kwargs else {}),
     )
     _configure_sqlite(reads)
     _readers[engine.sync_engine] = reads

@@ -185,6 +185,9 @@ def _sync_engine(url: str, *, create: bool) -> sa.Engine:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None
+        # WAL is a property of the file: set it when the file is created, so a later
+        # switch (which needs an exclusive lock) never competes with another process.
+        dbapi_conn.execute("PRAGMA journal_mode=WAL")
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
