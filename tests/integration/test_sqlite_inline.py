@@ -16,7 +16,10 @@ HOLD = """
 import sqlite3, sys, time
 conn = sqlite3.connect(sys.argv[1], isolation_level=None)
 conn.execute("BEGIN IMMEDIATE")
-conn.execute("INSERT INTO audit_log(at, actor, action, target, result, detail) VALUES (1,'other','x','y','ok','{}')")
+conn.execute(
+    "INSERT INTO audit_log(at, actor, action, target, result, detail)"
+    " VALUES (1, 'other', 'x', 'y', 'ok', '{}')"
+)
 print("locked", flush=True)
 time.sleep(float(sys.argv[2]))
 conn.execute("COMMIT")
@@ -28,7 +31,7 @@ async def test_a_write_waits_for_another_process_then_succeeds(
 ) -> None:
     path = sa.engine.make_url(sqlite_url).database
     assert path
-    holder = subprocess.Popen(
+    holder = subprocess.Popen(  # noqa: ASYNC220 - the other process just has to exist
         [sys.executable, "-c", HOLD, path, "0.5"], stdout=subprocess.PIPE, text=True
     )
     try:
@@ -64,7 +67,7 @@ async def test_a_write_waits_for_another_process_then_succeeds(
 async def test_reads_do_not_wait_for_a_writer(sqlite_url: str) -> None:
     path = sa.engine.make_url(sqlite_url).database
     assert path
-    holder = subprocess.Popen(
+    holder = subprocess.Popen(  # noqa: ASYNC220 - the other process just has to exist
         [sys.executable, "-c", HOLD, path, "1.0"], stdout=subprocess.PIPE, text=True
     )
     try:

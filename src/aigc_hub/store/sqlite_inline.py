@@ -161,7 +161,7 @@ class InlineConnection:
 
     @isolation_level.setter
     def isolation_level(self, value: str | None) -> None:
-        self._conn.isolation_level = value
+        self._conn.isolation_level = value  # type: ignore[assignment]
 
     @property
     def in_transaction(self) -> bool:
