@@ -38,7 +38,9 @@ check: $(STAMP)
 
 ## Print the benchmark figures (see docs/benchmarks.md).
 bench: $(STAMP)
+	$(PIP) install -q -e '.[dev,bench]'
 	$(PY) bench/roundtrip.py
+	$(PY) bench/baseline_huey.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
