@@ -301,26 +301,7 @@ def _replay_problem(letter: DeadLetter) -> str | None:
 
 
 def _row(r: sa.Row[Any]) -> DeadLetter:
-    return DeadLetter(
-        id=r.id,
-        event_id=r.event_id,
-        event_type=r.event_type,
-        tenant_id=r.tenant_id,
-        topic=r.topic,
-        partition=r.partition,
-        offset=r.offset,
-        key=r.key,
-        consumer=r.consumer,
-        pipeline=r.pipeline,
-        value=bytes(r.value),
-        headers=r.headers or {},
-        error_class=r.error_class,
-        error_message=r.error_message,
-        attempts=r.attempts,
-        first_failure_at=r.first_failure_at,
-        last_failure_at=r.last_failure_at,
-        history=r.history or [],
-        status=r.status,
-        created_at=r.created_at,
-        resolved_at=r.resolved_at,
-    )
+    # Columns and fields share names; only the JSON/BLOB columns need normalising.
+    fields = dict(r._mapping)
+    fields.update(value=bytes(r.value), headers=r.headers or {}, history=r.history or [])
+    return DeadLetter(**fields)

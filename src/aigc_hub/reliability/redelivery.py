@@ -196,23 +196,7 @@ class RedeliveryStore:
 
 
 def _parked(r: sa.Row[Any]) -> Parked:
-    return Parked(
-        seq=r.seq,
-        consumer=r.consumer,
-        key=r.key,
-        event_id=r.event_id,
-        topic=r.topic,
-        partition=r.partition,
-        offset=r.offset,
-        value=bytes(r.value),
-        headers=r.headers or {},
-        attempts=r.attempts,
-        redeliveries=r.redeliveries,
-        due_at=r.due_at,
-        state=r.state,
-        error_class=r.error_class,
-        error_message=r.error_message,
-        first_failure_at=r.first_failure_at,
-        last_failure_at=r.last_failure_at,
-        history=r.history or [],
-    )
+    # Columns and fields share names; only the JSON/BLOB columns need normalising.
+    fields = dict(r._mapping)
+    fields.update(value=bytes(r.value), headers=r.headers or {}, history=r.history or [])
+    return Parked(**fields)
