@@ -18,9 +18,36 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         None, description="SQLAlchemy URL; default sqlite:///<data_dir>/hub.db; PostgreSQL at scale"
     )
-    broker: Literal["embedded", "memory"] = Field(
-        "embedded", description="messaging engine: the embedded SQLite log, or memory (tests)"
+    broker: Literal["embedded", "kafka", "memory"] = Field(
+        "embedded", description="messaging engine: embedded SQLite log, Kafka, or memory (tests)"
     )
+    kafka_bootstrap: str = Field(
+        "127.0.0.1:9092", description="Kafka bootstrap servers when broker=kafka"
+    )
+    redis_url: str | None = Field(
+        None, description="redis://host:port/db for leases, timers, rate limits; none = in-process"
+    )
+    blob_url: str | None = Field(
+        None, description="file:///path (default <data_dir>/blobs) or s3://bucket"
+    )
+    s3_endpoint: str | None = Field(None, description="S3 endpoint URL (S3-compatible stores)")
+    s3_access_key: str | None = Field(None, description="S3 access key id")
+    s3_secret_key: str | None = Field(None, description="S3 secret access key")
+    s3_region: str = Field("us-east-1", description="S3 region for request signing")
+    blob_signing_key: str | None = Field(
+        None, description="HMAC key for local signed blob URLs; default: generated per data dir"
+    )
+    metrics_host: str = Field("127.0.0.1", description="where worker/relay/scan serve /metrics")
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="port for /metrics in worker/relay/scan; none = off"
+    )
+    lag_interval_s: float = Field(10.0, gt=0, description="lag monitor sampling period")
+    lag_thresholds: str = Field(
+        "", description="extra thresholds: 'topic=lag[/age_s],…' (e.g. 'transcode=500/120')"
+    )
+    alert_webhook: str | None = Field(None, description="URL that receives lag alerts (POST JSON)")
+    scanner_lease_ttl_ms: int = Field(15_000, ge=500, description="scanner leader lease TTL")
+    log_json: bool = Field(True, description="JSON log lines (structlog); false = plain text")
     log_path: Path | None = Field(None, description="embedded log file; default <data_dir>/log.db")
     pipelines: str = Field(
         "", description="extra pipelines to load: 'module:attribute', comma separated"

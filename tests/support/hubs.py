@@ -22,16 +22,16 @@ IN_PROCESS = RetryPolicy(base=1.0, factor=2.0, cap=8.0, max_retries=3, jitter=0.
 DELAYED = RetryPolicy(base=60.0, factor=2.0, cap=8 * 3600.0, max_retries=7, jitter=0.0)
 
 
-def make_broker(kind: str, tmp_path: Path) -> Broker:
-    """A broker engine for tests by name."""
+def make_broker(kind: str, tmp_path: Path, clock: Clock | None = None) -> Broker:
+    """A broker engine for tests by name (record timestamps from ``clock`` when given)."""
     if kind == "memory":
         from aigc_hub.messaging.memory import MemoryBroker
 
-        return MemoryBroker()
+        return MemoryBroker(clock=clock)
     if kind == "embedded":
         from aigc_hub.messaging.embedded import EmbeddedBroker
 
-        return EmbeddedBroker(tmp_path / "log.db")
+        return EmbeddedBroker(tmp_path / "log.db", clock=clock)
     raise ValueError(kind)
 
 

@@ -24,6 +24,7 @@ from aigc_hub.core import ids
 from aigc_hub.core.clock import Clock
 from aigc_hub.core.failpoints import NONE, Failpoints
 from aigc_hub.messaging.base import Broker, OutgoingMessage
+from aigc_hub.observability import metrics
 from aigc_hub.reliability.leases import DatabaseLeases
 from aigc_hub.store import tables
 from aigc_hub.store.dialects import dialect_of
@@ -172,7 +173,8 @@ class Relay:
         messages = [
             OutgoingMessage(r.topic, r.key or None, r.value, dict(r.headers or {})) for r in rows
         ]
-        await self.broker.publish(messages)
+        with metrics.publishing(m.topic for m in messages):
+            await self.broker.publish(messages)
         self.failpoints.hit("relay.after_publish")
 
     async def _mark(self, conn: AsyncConnection, row_ids: list[int]) -> None:
