@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import importlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -20,10 +20,15 @@ from aigc_hub.core.retry import DELAYED, IN_PROCESS, RetryPolicy
 from aigc_hub.messaging.base import Broker
 from aigc_hub.messaging.catalog import TopicCatalog, seeded_catalog
 from aigc_hub.pipeline import HandlerSpec, Pipeline
+from aigc_hub.reliability.admission import AdmissionGate
 from aigc_hub.reliability.dlq import DeadLetterStore
+from aigc_hub.reliability.lag import DEFAULT_THRESHOLDS, LagMonitor, Threshold, parse_thresholds
+from aigc_hub.reliability.leases import DatabaseLeases
+from aigc_hub.reliability.outbox_scanner import OutboxAgeScanner
 from aigc_hub.reliability.outbox import EventRoutes, OutboxWriter
 from aigc_hub.reliability.redelivery import RedeliveryStore
 from aigc_hub.reliability.relay import Relay
+from aigc_hub.reliability.scanners import LeaderLeases, Scanner, ScannerRunner, default_owner
 from aigc_hub.runtime.committer import Committer
 from aigc_hub.runtime.consumer import ConsumerGroupRuntime, RuntimeDeps
 from aigc_hub.runtime.middleware import Middleware
@@ -71,6 +76,11 @@ class Hub:
         commit_wait: float = 0.002,
         relay_batch: int = 500,
         middleware: Sequence[Middleware] = (),
+        leases: LeaderLeases | None = None,
+        lag_thresholds: Mapping[str, Threshold] | None = None,
+        lag_interval_s: float = 10.0,
+        alert_webhook: str | None = None,
+        scanner_lease_ttl_ms: int = 15_000,
     ) -> None:
         self.engine = engine
         self.broker = broker
@@ -114,6 +124,18 @@ class Hub:
         )
         self.concurrency = concurrency
         self.middleware = tuple(middleware)
+        self.leases: LeaderLeases = leases or DatabaseLeases(engine, self.clock)
+        self.scanner_lease_ttl_ms = scanner_lease_ttl_ms
+        self.lag = LagMonitor(
+            broker,
+            self.clock,
+            self._watched_groups(),
+            self.catalog,
+            thresholds={**DEFAULT_THRESHOLDS, **(lag_thresholds or {})},
+            webhook_url=alert_webhook,
+            interval_s=lag_interval_s,
+        )
+        self.gate = AdmissionGate(self.lag)
 
     @classmethod
     def from_settings(
@@ -131,7 +153,37 @@ class Hub:
             commit_batch=settings.commit_batch,
             commit_wait=settings.commit_wait_ms / 1000,
             relay_batch=settings.relay_batch,
+            lag_thresholds=parse_thresholds(settings.lag_thresholds),
+            lag_interval_s=settings.lag_interval_s,
+            alert_webhook=settings.alert_webhook,
+            scanner_lease_ttl_ms=settings.scanner_lease_ttl_ms,
             **overrides,  # type: ignore[arg-type]
+        )
+
+    def _watched_groups(self) -> dict[str, list[str]]:
+        groups: dict[str, list[str]] = {}
+        for spec in self.handler_specs:
+            groups.setdefault(spec.group, []).extend(
+                t for t in spec.topics if t not in groups.get(spec.group, [])
+            )
+        return groups
+
+    def scanners(self) -> list[Scanner]:
+        """The backbone's scanners plus every pipeline's."""
+        own_relay = Relay(self.engine, self.broker, self.clock, name=f"scanner-{default_owner()}")
+        found: list[Scanner] = [OutboxAgeScanner(self.engine, own_relay, self.clock)]
+        found += [factory(self) for p in self.pipelines for factory in p.scanners]
+        return found
+
+    def scanner_runner(self, owner: str | None = None) -> ScannerRunner:
+        """A runner for :meth:`scanners` under leader leases (not started)."""
+        return ScannerRunner(
+            self.engine,
+            self.leases,
+            self.clock,
+            self.scanners(),
+            owner=owner,
+            lease_ttl_ms=self.scanner_lease_ttl_ms,
         )
 
     @property
@@ -159,11 +211,22 @@ class Hub:
         self.relay.wake()
 
     async def run(
-        self, stop: asyncio.Event, groups: Sequence[str] | None = None, *, relay: bool = True
+        self,
+        stop: asyncio.Event,
+        groups: Sequence[str] | None = None,
+        *,
+        relay: bool = True,
+        scan: bool = False,
+        lag: bool = False,
     ) -> None:
-        """Run the relay and the consumer groups (all, or those named) until ``stop`` is set."""
+        """Run the relay, the consumer groups (all, or those named), and optionally the
+        scanners and the lag monitor, until ``stop`` is set."""
         specs = [s for s in self.handler_specs if groups is None or s.group in groups]
         tasks = [asyncio.create_task(self.relay.run(stop), name="relay")] if relay else []
+        if scan:
+            tasks.append(asyncio.create_task(self.scanner_runner().run(stop), name="scanners"))
+        if lag:
+            tasks.append(asyncio.create_task(self.lag.run(stop), name="lag-monitor"))
         tasks += [asyncio.create_task(self.runtime(s).run(stop), name=s.group) for s in specs]
         try:
             await asyncio.gather(*tasks)

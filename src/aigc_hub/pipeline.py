@@ -15,11 +15,16 @@ import pydantic
 from aigc_hub.messaging.catalog import TopicSpec
 
 if TYPE_CHECKING:
+    from aigc_hub.bootstrap import Hub
     from aigc_hub.core.envelope import Envelope
+    from aigc_hub.reliability.scanners import Scanner
     from aigc_hub.runtime.context import HandlerContext
 
 #: A consumer handler: does its outside work, stages its writes on ``ctx``, returns events.
 Handler = Callable[["Envelope", "HandlerContext"], Awaitable[list["Envelope"]]]
+
+#: Builds a pipeline's scanner once the hub (engine, outbox, clock…) exists.
+ScannerFactory = Callable[["Hub"], "Scanner"]
 
 M = TypeVar("M", bound=type[pydantic.BaseModel])
 H = TypeVar("H", bound=Handler)
@@ -55,6 +60,7 @@ class Pipeline:
     topics: list[TopicSpec] = field(default_factory=list)
     events: list[EventSpec] = field(default_factory=list)
     handlers: list[HandlerSpec] = field(default_factory=list)
+    scanners: list[ScannerFactory] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)
 
     def topic(self, spec: TopicSpec) -> TopicSpec:
@@ -70,6 +76,11 @@ class Pipeline:
             return model
 
         return register
+
+    def scanner(self, factory: ScannerFactory) -> ScannerFactory:
+        """Register a scanner factory; the hub builds it and runs it under a leader lease."""
+        self.scanners.append(factory)
+        return factory
 
     def handler(
         self,

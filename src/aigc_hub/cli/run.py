@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import signal
 from typing import Annotated
 
@@ -12,10 +11,19 @@ import typer
 
 from aigc_hub import bootstrap
 from aigc_hub.cli import common
+from aigc_hub.observability.exporter import start_exporter
+from aigc_hub.observability.logging import configure_logging
 from aigc_hub.settings import Settings
 
 
-async def _serve(settings: Settings, *, relay: bool, groups: list[str] | None) -> None:
+async def _serve(
+    settings: Settings,
+    *,
+    relay: bool,
+    groups: list[str] | None,
+    scan: bool = False,
+    lag: bool = False,
+) -> None:
     hub = bootstrap.Hub.from_settings(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -31,39 +39,47 @@ async def _serve(settings: Settings, *, relay: bool, groups: list[str] | None) -
             f"{', '.join(sorted(known)) or 'none (no pipeline installed)'}",
             common.ExitCode.NOT_FOUND,
         )
+    exporter = (
+        start_exporter(settings.metrics_port, settings.metrics_host)
+        if settings.metrics_port is not None
+        else None
+    )
     try:
         await hub.start()
-        if relay and groups is None:
-            await hub.run(stop)
-        elif relay:
-            await hub.relay.run(stop)
-        else:
-            await hub.run(stop, groups=groups, relay=False)
+        await hub.run(stop, groups=groups, relay=relay, scan=scan, lag=lag)
     finally:
         await hub.close()
+        if exporter is not None:
+            exporter.close()
 
 
-def _configure_logging() -> None:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+def _configure_logging(settings: Settings) -> None:
+    configure_logging(level="INFO", json=settings.log_json)
 
 
 def up() -> None:
     """Run everything on one machine (migrations, relay, every consumer group) until Ctrl-C."""
     settings = Settings()
-    _configure_logging()
+    _configure_logging(settings)
     url = bootstrap.prepare_database(settings)
     out = common.console()
     out.print(f"[bold]AIGC Hub[/] up: database {url}, embedded log {settings.resolved_log_path()}")
     out.print(f"data lives under {settings.data_dir.resolve()}; Ctrl-C stops")
-    common.run_async(_serve(settings, relay=True, groups=None))
+    common.run_async(_serve(settings, relay=True, groups=None, scan=True, lag=True))
 
 
 def relay() -> None:
     """Run only the outbox relay (start several on PostgreSQL; one is active on SQLite)."""
-    _configure_logging()
-    common.run_async(_serve(Settings(), relay=True, groups=[]))
+    settings = Settings()
+    _configure_logging(settings)
+    common.run_async(_serve(settings, relay=True, groups=[]))
+
+
+def scan() -> None:
+    """Run the scanners (one active instance each across processes) and the lag monitor."""
+    settings = Settings()
+    _configure_logging(settings)
+    common.run_async(_serve(settings, relay=False, groups=[], scan=True, lag=True))
 
 
 def worker(
@@ -76,5 +92,5 @@ def worker(
     settings = Settings()
     if concurrency:
         settings.concurrency = concurrency
-    _configure_logging()
+    _configure_logging(settings)
     common.run_async(_serve(settings, relay=False, groups=group))

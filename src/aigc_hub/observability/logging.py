@@ -1,0 +1,113 @@
+"""Logs as JSON lines on stderr, through structlog, with the current event's ids on every line.
+
+``configure_logging()`` once at process start routes both structlog loggers and the standard
+``logging`` module through one handler, so library log lines get the same shape. Ids are
+bound in context variables (:func:`bind_event`), which asyncio copies into each task: a
+handler's lines carry its event's ``trace_id``, ``event_id`` and ``consumer`` and no other's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator
+from typing import IO, Any, Protocol
+
+import structlog
+
+#: Keys bind_event() puts on log lines (the ones it finds set).
+EVENT_KEYS = ("trace_id", "event_id", "event_type", "consumer", "tenant_id")
+
+
+class _OurHandler(logging.StreamHandler[IO[str]]):
+    """Marks the handler configure_logging() installed, so a second call replaces it."""
+
+
+class EnvelopeLike(Protocol):
+    """What bind_event() reads: an envelope, or anything with these attributes."""
+
+    @property
+    def event_id(self) -> str: ...
+
+    @property
+    def trace_id(self) -> str | None: ...
+
+
+def _shared_processors() -> list[structlog.typing.Processor]:
+    return [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
+        structlog.processors.StackInfoRenderer(),
+    ]
+
+
+def configure_logging(
+    level: str | int = "INFO", json: bool = True, stream: IO[str] | None = None
+) -> None:
+    """Send structlog and stdlib logging to ``stream`` (stderr): JSON lines, or console text.
+
+    Replaces the handler a previous call installed and leaves other handlers alone; call it
+    once at start-up, before the first log line (structlog caches loggers on first use).
+    """
+    shared = _shared_processors()
+    renderer: structlog.typing.Processor = (
+        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+    )
+    handler = _OurHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _OurHandler)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper() if isinstance(level, str) else level)
+
+
+def get_logger(name: str | None = None) -> structlog.stdlib.BoundLogger:
+    """A structlog logger (``log.info("event", key=value)``); configured by configure_logging()."""
+    return structlog.stdlib.get_logger(name)
+
+
+@contextlib.contextmanager
+def bind_event(envelope: EnvelopeLike, consumer: str | None = None, **extra: Any) -> Iterator[None]:
+    """Within the block, every log line of this task carries the envelope's ids.
+
+    Binds ``event_id`` and, when set, ``trace_id``, ``event_type``, ``tenant_id``,
+    ``consumer`` and ``extra``; restores the previous bindings on exit (nesting is safe).
+    """
+    values: dict[str, Any] = {"event_id": envelope.event_id}
+    for key in ("trace_id", "event_type", "tenant_id"):
+        value = getattr(envelope, key, None)
+        if value is not None:
+            values[key] = value
+    if consumer is not None:
+        values["consumer"] = consumer
+    values.update({k: v for k, v in extra.items() if v is not None})
+    with structlog.contextvars.bound_contextvars(**values):
+        yield
+
+
+def bind(**values: Any) -> None:
+    """Bind ``values`` for the rest of the current task's context (e.g. ``consumer=``)."""
+    structlog.contextvars.bind_contextvars(**values)
+
+
+def clear() -> None:
+    """Drop every binding of the current context."""
+    structlog.contextvars.clear_contextvars()
