@@ -226,7 +226,7 @@ class Hub:
         if scan:
             tasks.append(asyncio.create_task(self.scanner_runner().run(stop), name="scanners"))
         if lag:
-            tasks.append(asyncio.create_task(self.lag.run(stop), name="lag-monitor"))
+            tasks.append(asyncio.create_task(self._observe(stop), name="lag-monitor"))
         tasks += [asyncio.create_task(self.runtime(s).run(stop), name=s.group) for s in specs]
         try:
             await asyncio.gather(*tasks)
@@ -234,6 +234,17 @@ class Hub:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _observe(self, stop: asyncio.Event) -> None:
+        """Sample lag (gauges, alerts, gate) and the pending dead letters until stopped."""
+        while not stop.is_set():
+            try:
+                await self.lag.sample()
+                await self.dlq.refresh_pending_gauge()
+            except Exception:
+                log.exception("lag/DLQ sample failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.lag.interval_s)
 
     async def close(self) -> None:
         """Stop the committer, close the broker and the database engine."""

@@ -48,6 +48,7 @@ class Settings(BaseSettings):
     alert_webhook: str | None = Field(None, description="URL that receives lag alerts (POST JSON)")
     scanner_lease_ttl_ms: int = Field(15_000, ge=500, description="scanner leader lease TTL")
     log_json: bool = Field(True, description="JSON log lines (structlog); false = plain text")
+    log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
     log_path: Path | None = Field(None, description="embedded log file; default <data_dir>/log.db")
     pipelines: str = Field(
         "", description="extra pipelines to load: 'module:attribute', comma separated"

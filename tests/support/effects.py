@@ -118,3 +118,7 @@ async def effect_rows(engine: AsyncEngine) -> list[tuple[int, str, str, int]]:
             )
         )
         return [tuple(r) for r in rows]  # type: ignore[misc]
+
+
+#: The pipeline as worker processes load it: ``AIGC_HUB_PIPELINES=tests.support.effects:pipeline``.
+pipeline = make_pipeline()

@@ -54,7 +54,7 @@ async def _serve(
 
 
 def _configure_logging(settings: Settings) -> None:
-    configure_logging(level="INFO", json=settings.log_json)
+    configure_logging(level=settings.log_level.upper(), json=settings.log_json)
 
 
 def up() -> None:

@@ -5,9 +5,9 @@ set per process. Counters are declared without ``_total``; the exposition adds i
 Label values must stay few (group, topic, partition, class names): never ids or keys.
 
 Who sets what: the relay (publish*), the consumer runtime (consumed, handler, retries, dead
-letters, inbox, parked keys, commit batch), leases and scanners (lease*, scanner*), the lag
-monitor (consumer lag and age, pending dead letters), the outbox scanner (outbox backlog and
-age) and each pipeline's admission gate (admission gate).
+letters, inbox, parked keys, commit batch), the scanner runner (lease*, scanner*), the lag
+monitor (consumer lag and age), the outbox scanner (outbox backlog and age) and the admission
+gate. Nothing sets the pending dead letters gauge yet.
 """
 
 from __future__ import annotations
@@ -17,8 +17,12 @@ import time
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.metrics import MetricWrapperBase
+
+# No ``*_created`` series: they double every counter and histogram for a reset time that
+# Prometheus already infers, and the exposition stays exactly what docs/metrics.md lists.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 # Handler runs of AI jobs last seconds to minutes (seed 003: 3-30 s long tail), so the
 # buckets reach 5 minutes; 30 s is a bucket bound because the P99 alert compares with it.

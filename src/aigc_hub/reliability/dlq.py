@@ -21,6 +21,7 @@ from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import EnvelopeError, HubError
 from aigc_hub.messaging import headers as h
 from aigc_hub.messaging.catalog import DLQ_TOPIC
+from aigc_hub.observability import metrics
 from aigc_hub.reliability import audit
 from aigc_hub.reliability.outbox import OutboxWriter, Routed
 from aigc_hub.store import tables
@@ -151,6 +152,7 @@ class DeadLetterStore:
         self.engine = engine
         self.outbox = outbox
         self.clock = clock
+        self._gauged: set[tuple[str, str]] = set()
 
     async def add(self, conn: AsyncConnection, draft: DeadLetterDraft) -> int:
         """Store a dead letter and announce it on the DLQ topic, in ``conn``'s transaction."""
@@ -209,6 +211,22 @@ class DeadLetterStore:
                     )
                 ).scalar_one()
             )
+
+    async def refresh_pending_gauge(self) -> dict[tuple[str, str], int]:
+        """Set ``aigc_hub_dead_letters_pending`` per (consumer, original topic); returns it."""
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(
+                sa.select(D.c.consumer, D.c.topic, sa.func.count())
+                .where(D.c.status == PENDING)
+                .group_by(D.c.consumer, D.c.topic)
+            )
+            counts = {(c, t): int(n) for c, t, n in rows}
+        for labels in set(self._gauged) - set(counts):
+            metrics.DEAD_LETTERS_PENDING.labels(*labels).set(0)
+        for (consumer, topic), n in counts.items():
+            metrics.DEAD_LETTERS_PENDING.labels(consumer, topic).set(n)
+        self._gauged = set(counts) | self._gauged
+        return counts
 
     async def get(self, dead_letter_id: int) -> DeadLetter:
         """One dead letter; DeadLetterNotFound when the id is unknown."""

@@ -124,7 +124,9 @@ class LagMonitor:
         if prev is not None and now > prev.at_ms:
             rate = (prev.lag - lag) / ((now - prev.at_ms) / 1000)
             drain = max(0.0, rate)
-            prev.drain_per_s = drain if prev.drain_per_s == 0 else 0.5 * prev.drain_per_s + 0.5 * drain
+            prev.drain_per_s = (
+                drain if prev.drain_per_s == 0 else 0.5 * prev.drain_per_s + 0.5 * drain
+            )
             prev.lag, prev.at_ms = lag, now
         else:
             self._trends[(group, topic)] = _Trend(lag, now)
@@ -145,8 +147,12 @@ class LagMonitor:
     def _alert(self, item: TopicLag) -> None:
         state = "firing" if item.breached else "resolved"
         payload = {
-            "alert": "ConsumerLagHigh", "state": state, "group": item.group, "topic": item.topic,
-            "lag": item.lag, "oldest_age_s": round(item.oldest_age_s, 1),
+            "alert": "ConsumerLagHigh",
+            "state": state,
+            "group": item.group,
+            "topic": item.topic,
+            "lag": item.lag,
+            "oldest_age_s": round(item.oldest_age_s, 1),
             "threshold": vars(self.thresholds.get(item.topic, Threshold())),
         }
         (log.warning if item.breached else log.info)("lag alert %s", json.dumps(payload))
@@ -189,7 +195,11 @@ def parse_thresholds(text: str) -> dict[str, Threshold]:
             )
         except ValueError:
             raise ValueError(f"bad lag threshold {item!r}: use topic=lag[/age_s]") from None
-        if not sep or not topic.strip() or (threshold.max_lag is None and threshold.max_age_s is None):
+        if (
+            not sep
+            or not topic.strip()
+            or (threshold.max_lag is None and threshold.max_age_s is None)
+        ):
             raise ValueError(f"bad lag threshold {item!r}: use topic=lag[/age_s]")
         out[topic.strip()] = threshold
     return out

@@ -79,11 +79,16 @@ class ExpiredLeaseScanner:
         try:
             async with self.engine.begin() as conn:
                 await transition(
-                    conn, self.table, row[self.id_column], to=self.requeue_state,
+                    conn,
+                    self.table,
+                    row[self.id_column],
+                    to=self.requeue_state,
                     allowed_from=[str(finding.detail["status"])],
                     seen_version=int(finding.detail["seen_version"]),
-                    values={self.lease_column: None}, id_column=self.id_column,
-                    status_column=self.status_column, version_column=self.version_column,
+                    values={self.lease_column: None},
+                    id_column=self.id_column,
+                    status_column=self.status_column,
+                    version_column=self.version_column,
                 )
                 if event is not None:
                     await self.outbox.add(conn, [event])

@@ -120,7 +120,12 @@ class Relay:
         if now >= self._lease_until - self.lease_ttl_ms // 2:
             token = await self._leases.acquire(LEASE_NAME, self.name, self.lease_ttl_ms)
             if token is None:
+                if self._lease_until:
+                    metrics.LEASE_LOSSES.labels(LEASE_NAME).inc()
+                    self._lease_until = 0
                 return RelayStats(0)
+            if not self._lease_until:
+                metrics.LEASE_ACQUISITIONS.labels(LEASE_NAME).inc()
             self._lease_until = now + self.lease_ttl_ms
         async with reader(self.engine) as conn:
             rows = (await conn.execute(self._unpublished().limit(self.batch_size))).all()

@@ -107,7 +107,9 @@ class ScannerRunner:
         now = self.clock.now_ms()
         for scanner in self.scanners:
             state = self.state[scanner.name]
-            held = await self.leases.acquire(f"scanner:{scanner.name}", self.owner, self.lease_ttl_ms)
+            held = await self.leases.acquire(
+                f"scanner:{scanner.name}", self.owner, self.lease_ttl_ms
+            )
             if state.leader and held is None:
                 metrics.LEASE_LOSSES.labels(f"scanner:{scanner.name}").inc()
                 log.warning("lost leadership of scanner %s", scanner.name)
@@ -140,8 +142,12 @@ class ScannerRunner:
                 metrics.SCANNER_REPAIRS.labels(scanner.name, result).inc()
             async with self.engine.begin() as conn:
                 await audit.record(
-                    conn, at=now, actor=f"scanner:{scanner.name}@{self.owner}",
-                    action=f"scan.{scanner.name}", target=finding.target, result=result,
+                    conn,
+                    at=now,
+                    actor=f"scanner:{scanner.name}@{self.owner}",
+                    action=f"scan.{scanner.name}",
+                    target=finding.target,
+                    result=result,
                     detail=finding.detail,
                 )
 

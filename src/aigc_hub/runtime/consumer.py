@@ -39,6 +39,7 @@ from aigc_hub.runtime.middleware.dead_letter import DeadLetter
 from aigc_hub.runtime.middleware.metrics import Metrics
 from aigc_hub.runtime.middleware.retry import RetryInProcess
 from aigc_hub.runtime.middleware.timeout import Timeout
+from aigc_hub.runtime.middleware.tracing import Tracing
 from aigc_hub.runtime.offsets import OffsetTracker
 from aigc_hub.store.engine import reader
 
@@ -125,6 +126,7 @@ class ConsumerGroupRuntime:
         self._chain = compose(
             [
                 Metrics(),
+                Tracing(),
                 DeadLetter(self.failures),
                 RetryInProcess(deps.in_process),
                 *extra_middleware,
