@@ -24,8 +24,8 @@ from aigc_hub.reliability.admission import AdmissionGate
 from aigc_hub.reliability.dlq import DeadLetterStore
 from aigc_hub.reliability.lag import DEFAULT_THRESHOLDS, LagMonitor, Threshold, parse_thresholds
 from aigc_hub.reliability.leases import DatabaseLeases
-from aigc_hub.reliability.outbox_scanner import OutboxAgeScanner
 from aigc_hub.reliability.outbox import EventRoutes, OutboxWriter
+from aigc_hub.reliability.outbox_scanner import OutboxAgeScanner
 from aigc_hub.reliability.redelivery import RedeliveryStore
 from aigc_hub.reliability.relay import Relay
 from aigc_hub.reliability.scanners import LeaderLeases, Scanner, ScannerRunner, default_owner

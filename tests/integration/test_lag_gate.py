@@ -1,4 +1,4 @@
-"""Lag → gate: a stopped group falls behind past its threshold, the gate closes; it drains, it opens."""
+"""Lag → gate: a stopped group falls past its threshold, the gate closes; drained, it opens."""
 
 from __future__ import annotations
 
@@ -22,7 +22,10 @@ async def test_gate_closes_past_the_threshold_and_opens_after_draining(
     broker = make_broker(broker_kind, tmp_path, clock)
     async with hub_for(sqlite_url, broker, [fx.make_pipeline()], clock=clock) as hub:
         monitor = LagMonitor(
-            broker, clock, {fx.GROUP: [fx.TOPIC]}, hub.catalog,
+            broker,
+            clock,
+            {fx.GROUP: [fx.TOPIC]},
+            hub.catalog,
             thresholds={fx.TOPIC: Threshold(max_lag=100, max_age_s=60)},
         )
         gate = AdmissionGate(monitor)
@@ -55,12 +58,19 @@ async def test_gate_closes_past_the_threshold_and_opens_after_draining(
         assert gate.admit("effects").admitted
 
 
-async def test_age_alone_breaches_and_half_the_threshold_clears(sqlite_url: str, tmp_path: Path) -> None:
+async def test_age_alone_breaches_and_half_the_threshold_clears(
+    sqlite_url: str, tmp_path: Path
+) -> None:
     clock = ManualClock()
     broker = make_broker("memory", tmp_path, clock)
     async with hub_for(sqlite_url, broker, [fx.make_pipeline()], clock=clock) as hub:
-        monitor = LagMonitor(broker, clock, {fx.GROUP: [fx.TOPIC]}, hub.catalog,
-                             thresholds={fx.TOPIC: Threshold(max_lag=1_000, max_age_s=60)})
+        monitor = LagMonitor(
+            broker,
+            clock,
+            {fx.GROUP: [fx.TOPIC]},
+            hub.catalog,
+            thresholds={fx.TOPIC: Threshold(max_lag=1_000, max_age_s=60)},
+        )
         async with hub.transaction() as conn:
             await hub.outbox.add(conn, [fx.request("k", 1)])
         await hub.relay.drain()
@@ -73,7 +83,8 @@ async def test_age_alone_breaches_and_half_the_threshold_clears(sqlite_url: str,
 
 def test_threshold_settings_parse() -> None:
     assert parse_thresholds("transcode=500/120, comment=/30,danmaku=10") == {
-        "transcode": Threshold(500, 120.0), "comment": Threshold(None, 30.0),
+        "transcode": Threshold(500, 120.0),
+        "comment": Threshold(None, 30.0),
         "danmaku": Threshold(10, None),
     }
     for bad in ("transcode", "transcode=", "=5", "x=abc"):

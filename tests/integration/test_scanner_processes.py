@@ -1,4 +1,4 @@
-"""Scanner leadership across processes: one active scanner; SIGKILL the leader, a peer takes over."""
+"""Scanner leadership across processes: one leader; SIGKILL it and a peer takes over."""
 
 from __future__ import annotations
 
@@ -22,8 +22,11 @@ TTL_MS = 2_000
 
 def _scan_process(env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "aigc_hub", "scan"], env=env, cwd=ROOT,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [sys.executable, "-m", "aigc_hub", "scan"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 
@@ -60,7 +63,9 @@ async def _wait_holder(url: str, *, other_than: str | None, timeout: float) -> t
 
 
 @pytest.mark.slow
-async def test_one_leader_and_a_peer_takes_over_after_sigkill(scan_env: dict[str, str], sqlite_url: str) -> None:
+async def test_one_leader_and_a_peer_takes_over_after_sigkill(
+    scan_env: dict[str, str], sqlite_url: str
+) -> None:
     procs = [_scan_process(scan_env), _scan_process(scan_env)]
     try:
         first, _ = await _wait_holder(sqlite_url, other_than=None, timeout=30)

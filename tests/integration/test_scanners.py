@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -22,7 +20,8 @@ from tests.support import effects as fx
 
 work_meta = sa.MetaData()
 jobs = sa.Table(
-    "test_jobs", work_meta,
+    "test_jobs",
+    work_meta,
     sa.Column("id", sa.String(36), primary_key=True),
     sa.Column("status", sa.String(20), nullable=False),
     sa.Column("status_version", sa.Integer, nullable=False),
@@ -82,7 +81,9 @@ async def test_outbox_age_scanner_republishes_when_the_relay_is_gone(db: AsyncEn
     dead_relay = Relay(db, broker, clock, name="dead-relay", lease_ttl_ms=10_000)
     # the dead relay took the lease (SQLite) and then vanished without publishing
     await DatabaseLeases(db, clock).acquire("outbox-relay", "dead-relay", 10_000)
-    scanner = OutboxAgeScanner(db, Relay(db, broker, clock, name="scanner-relay"), clock, max_age_s=60)
+    scanner = OutboxAgeScanner(
+        db, Relay(db, broker, clock, name="scanner-relay"), clock, max_age_s=60
+    )
     runner = ScannerRunner(db, DatabaseLeases(db, clock), clock, [scanner], owner="s")
     assert dead_relay.published_total == 0
 
@@ -107,19 +108,39 @@ async def test_expired_lease_rows_are_requeued_once_and_a_finished_row_is_left_a
     async with db.begin() as conn:
         await conn.run_sync(work_meta.create_all)
         now = clock.now_ms()
-        await conn.execute(jobs.insert(), [
-            {"id": "stale", "status": "PROCESSING", "status_version": 3, "lease_expires_at": now - 1},
-            {"id": "alive", "status": "PROCESSING", "status_version": 1, "lease_expires_at": now + 60_000},
-            {"id": "done", "status": "DONE", "status_version": 5, "lease_expires_at": now - 1},
-        ])
+        await conn.execute(
+            jobs.insert(),
+            [
+                {
+                    "id": "stale",
+                    "status": "PROCESSING",
+                    "status_version": 3,
+                    "lease_expires_at": now - 1,
+                },
+                {
+                    "id": "alive",
+                    "status": "PROCESSING",
+                    "status_version": 1,
+                    "lease_expires_at": now + 60_000,
+                },
+                {"id": "done", "status": "DONE", "status_version": 5, "lease_expires_at": now - 1},
+            ],
+        )
     routes = EventRoutes({fx.EVENT: fx.TOPIC})
     outbox = OutboxWriter(routes, clock)
 
     def restart(row: dict[str, object]) -> Envelope:
-        return Envelope.new(fx.EVENT, {"n": 0, "note": "requeued"}, key=str(row["id"]), source="scan")
+        return Envelope.new(
+            fx.EVENT, {"n": 0, "note": "requeued"}, key=str(row["id"]), source="scan"
+        )
 
     scanner = ExpiredLeaseScanner(
-        "jobs-lease", db, outbox, jobs, working_states=["PROCESSING"], requeue_state="QUEUED",
+        "jobs-lease",
+        db,
+        outbox,
+        jobs,
+        working_states=["PROCESSING"],
+        requeue_state="QUEUED",
         requeue_event=restart,
     )
     findings = await scanner.find(clock.now_ms())

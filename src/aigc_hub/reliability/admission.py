@@ -44,10 +44,7 @@ class AdmissionGate:
         threshold = self.monitor.thresholds.get(worst.topic)
         excess = worst.lag - (threshold.max_lag or 0) // 2 if threshold else worst.lag
         rate = self.monitor.drain_per_s(worst.group, worst.topic)
-        if rate > 0:
-            wait = math.ceil(max(excess, 1) / rate)
-        else:
-            wait = UNKNOWN_RETRY_S
+        wait = math.ceil(max(excess, 1) / rate) if rate > 0 else UNKNOWN_RETRY_S
         wait = max(MIN_RETRY_S, min(MAX_RETRY_S, wait))
         reason = (
             f"{pipeline}: group {worst.group} is {worst.lag} records behind on {worst.topic}"

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Threshold:
-    """When a topic counts as overloaded: lag above ``max_lag`` or oldest age above ``max_age_s``."""
+    """A topic is overloaded when lag exceeds ``max_lag`` or the oldest age ``max_age_s``."""
 
     max_lag: int | None = None
     max_age_s: float | None = None

@@ -69,7 +69,7 @@ class OutboxAgeScanner:
         return [Finding("outbox", {"backlog": count, "oldest_age_s": round(age, 1)})]
 
     async def repair(self, finding: Finding, now_ms: int) -> str:
-        """Run relay passes; "republished" if rows moved, "relay-alive" if another relay holds them."""
+        """Run relay passes: "republished" if rows moved, "relay-alive" if a relay holds them."""
         published = 0
         for _ in range(self.max_passes):
             stats = await self.relay.run_once()
