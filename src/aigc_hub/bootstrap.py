@@ -13,6 +13,9 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from aigc_hub.cache.base import Cache
+from aigc_hub.cache.leadership import CacheLeaderLeases
+from aigc_hub.cache.memory import MemoryCache
 from aigc_hub.core.clock import Clock, SystemClock
 from aigc_hub.core.errors import ConfigurationError
 from aigc_hub.core.failpoints import NONE, Failpoints
@@ -77,6 +80,7 @@ class Hub:
         relay_batch: int = 500,
         middleware: Sequence[Middleware] = (),
         leases: LeaderLeases | None = None,
+        cache: Cache | None = None,
         lag_thresholds: Mapping[str, Threshold] | None = None,
         lag_interval_s: float = 10.0,
         alert_webhook: str | None = None,
@@ -124,7 +128,14 @@ class Hub:
         )
         self.concurrency = concurrency
         self.middleware = tuple(middleware)
-        self.leases: LeaderLeases = leases or DatabaseLeases(engine, self.clock)
+        self.cache: Cache = cache or MemoryCache(self.clock)
+        # Leader leases: Redis when the hub has it (several hosts), else the database, which
+        # every process of this hub shares (the in-process cache would not be shared).
+        self.leases: LeaderLeases = leases or (
+            CacheLeaderLeases(self.cache.leases)
+            if self.cache.features.cross_process
+            else DatabaseLeases(engine, self.clock)
+        )
         self.scanner_lease_ttl_ms = scanner_lease_ttl_ms
         self.lag = LagMonitor(
             broker,
@@ -144,10 +155,12 @@ class Hub:
         """Build the hub the settings describe (engines are created, not yet connected)."""
         engine = store_engine.create_engine(settings.resolved_database_url())
         broker = make_broker(settings)
+        cache = make_cache(settings)
         loaded = [*pipelines, *load_pipelines(settings.pipeline_paths())]
         return cls(
             engine=engine,
             broker=broker,
+            cache=cache,
             pipelines=loaded,
             concurrency=overrides.pop("concurrency", None) or settings.concurrency,  # type: ignore[arg-type]
             commit_batch=settings.commit_batch,
@@ -250,7 +263,17 @@ class Hub:
         """Stop the committer, close the broker and the database engine."""
         await self.committer.close()
         await self.broker.close()
+        await self.cache.close()
         await self.engine.dispose()
+
+
+def make_cache(settings: Settings) -> Cache:
+    """Redis when ``AIGC_HUB_REDIS_URL`` is set, else the in-process cache."""
+    if not settings.redis_url:
+        return MemoryCache()
+    from aigc_hub.cache.redis import RedisCache
+
+    return RedisCache.from_url(settings.redis_url)
 
 
 def make_broker(settings: Settings) -> Broker:
@@ -259,6 +282,10 @@ def make_broker(settings: Settings) -> Broker:
         from aigc_hub.messaging.memory import MemoryBroker
 
         return MemoryBroker()
+    if settings.broker == "kafka":
+        from aigc_hub.messaging.kafka import KafkaBroker
+
+        return KafkaBroker(settings.kafka_bootstrap, **settings.kafka_options())
     from aigc_hub.messaging.embedded import EmbeddedBroker
 
     return EmbeddedBroker(settings.resolved_log_path())

@@ -24,6 +24,12 @@ class Settings(BaseSettings):
     kafka_bootstrap: str = Field(
         "127.0.0.1:9092", description="Kafka bootstrap servers when broker=kafka"
     )
+    kafka_consumer_config: str = Field(
+        "", description="extra librdkafka consumer settings: 'key=value,…'"
+    )
+    kafka_producer_config: str = Field(
+        "", description="extra librdkafka producer settings: 'key=value,…'"
+    )
     redis_url: str | None = Field(
         None, description="redis://host:port/db for leases, timers, rate limits; none = in-process"
     )
@@ -62,6 +68,13 @@ class Settings(BaseSettings):
         """The database URL, defaulting to a SQLite file under ``data_dir``."""
         return self.database_url or f"sqlite:///{self.data_dir / 'hub.db'}"
 
+    def kafka_options(self) -> dict[str, dict[str, str]]:
+        """Extra librdkafka settings as ``consumer_overrides`` / ``producer_overrides``."""
+        return {
+            "consumer_overrides": _pairs(self.kafka_consumer_config),
+            "producer_overrides": _pairs(self.kafka_producer_config),
+        }
+
     def pipeline_paths(self) -> list[str]:
         """The ``pipelines`` entries, split and stripped."""
         return [p.strip() for p in self.pipelines.split(",") if p.strip()]
@@ -69,3 +82,13 @@ class Settings(BaseSettings):
     def resolved_log_path(self) -> Path:
         """The embedded log's file."""
         return self.log_path or self.data_dir / "log.db"
+
+
+def _pairs(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"bad setting {item!r}: use key=value")
+        out[key.strip()] = value.strip()
+    return out

@@ -15,6 +15,7 @@ import pytest
 from aigc_hub.core.clock import SystemClock
 from aigc_hub.reliability.leases import DatabaseLeases
 from aigc_hub.store import engine as store_engine
+from tests.conftest import service_missing
 
 ROOT = Path(__file__).resolve().parents[2]
 TTL_MS = 2_000
@@ -30,8 +31,16 @@ def _scan_process(env: dict[str, str]) -> subprocess.Popen[bytes]:
     )
 
 
+REDIS_URL = os.environ.get("AIGC_HUB_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@pytest.fixture(params=["database-leases", pytest.param("redis-leases", marks=pytest.mark.redis)])
+def leases_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture
-def scan_env(sqlite_url: str, tmp_path: Path) -> Iterator[dict[str, str]]:
+def scan_env(sqlite_url: str, tmp_path: Path, leases_kind: str) -> Iterator[dict[str, str]]:
     env = {
         **os.environ,
         "AIGC_HUB_DATABASE_URL": sqlite_url,
@@ -40,11 +49,27 @@ def scan_env(sqlite_url: str, tmp_path: Path) -> Iterator[dict[str, str]]:
         "AIGC_HUB_LAG_INTERVAL_S": "1",
         "PYTHONPATH": str(ROOT),
     }
+    if leases_kind == "redis-leases":
+        from redis import Redis
+
+        db = f"{REDIS_URL.rsplit('/', 1)[0]}/9"  # a database of its own, emptied first
+        try:
+            with Redis.from_url(db) as client:
+                client.flushdb()
+        except Exception as exc:  # noqa: BLE001 - any failure means Redis is not there
+            service_missing("Redis", f"{db}: {exc.__class__.__name__}")
+        env["AIGC_HUB_REDIS_URL"] = db
     yield env
 
 
-async def _holder(url: str) -> str | None:
-    engine = store_engine.create_engine(url)
+async def _holder(env: dict[str, str]) -> str | None:
+    if "AIGC_HUB_REDIS_URL" in env:
+        from aigc_hub.cache.redis import RedisCache
+
+        async with RedisCache.from_url(env["AIGC_HUB_REDIS_URL"]) as cache:
+            held = await cache.leases.holder("scanner:outbox-age")
+        return held[0] if held else None
+    engine = store_engine.create_engine(env["AIGC_HUB_DATABASE_URL"])
     try:
         held = await DatabaseLeases(engine, SystemClock()).holder("scanner:outbox-age")
     finally:
@@ -52,10 +77,12 @@ async def _holder(url: str) -> str | None:
     return held[0] if held else None
 
 
-async def _wait_holder(url: str, *, other_than: str | None, timeout: float) -> tuple[str, float]:
+async def _wait_holder(
+    env: dict[str, str], *, other_than: str | None, timeout: float
+) -> tuple[str, float]:
     started = time.monotonic()
     while time.monotonic() - started < timeout:
-        holder = await _holder(url)
+        holder = await _holder(env)
         if holder is not None and holder != other_than:
             return holder, time.monotonic() - started
         time.sleep(0.05)  # noqa: ASYNC251 - polling another process, nothing to await here
@@ -63,22 +90,20 @@ async def _wait_holder(url: str, *, other_than: str | None, timeout: float) -> t
 
 
 @pytest.mark.slow
-async def test_one_leader_and_a_peer_takes_over_after_sigkill(
-    scan_env: dict[str, str], sqlite_url: str
-) -> None:
+async def test_one_leader_and_a_peer_takes_over_after_sigkill(scan_env: dict[str, str]) -> None:
     procs = [_scan_process(scan_env), _scan_process(scan_env)]
     try:
-        first, _ = await _wait_holder(sqlite_url, other_than=None, timeout=30)
+        first, _ = await _wait_holder(scan_env, other_than=None, timeout=30)
         pid = int(first.split(":")[1])
         assert pid in {p.pid for p in procs}
         leader = next(p for p in procs if p.pid == pid)
         follower = next(p for p in procs if p.pid != pid)
         time.sleep(TTL_MS / 1000)  # noqa: ASYNC251 - leadership stays put while both live
-        assert await _holder(sqlite_url) == first
+        assert await _holder(scan_env) == first
 
         os.kill(leader.pid, signal.SIGKILL)
         leader.wait(10)
-        second, took = await _wait_holder(sqlite_url, other_than=first, timeout=30)
+        second, took = await _wait_holder(scan_env, other_than=first, timeout=30)
         assert int(second.split(":")[1]) == follower.pid
         # the lease runs out at most one TTL after the kill; the follower asks every TTL/3
         assert took <= (TTL_MS / 1000) * (1 + 1 / 3) + 0.5, took
