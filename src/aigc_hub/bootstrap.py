@@ -10,9 +10,11 @@ import contextlib
 import importlib
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from aigc_hub.blobs.base import BlobStore
 from aigc_hub.cache.base import Cache
 from aigc_hub.cache.leadership import CacheLeaderLeases
 from aigc_hub.cache.memory import MemoryCache
@@ -81,6 +83,7 @@ class Hub:
         middleware: Sequence[Middleware] = (),
         leases: LeaderLeases | None = None,
         cache: Cache | None = None,
+        blobs: BlobStore | None = None,
         lag_thresholds: Mapping[str, Threshold] | None = None,
         lag_interval_s: float = 10.0,
         alert_webhook: str | None = None,
@@ -129,6 +132,7 @@ class Hub:
         self.concurrency = concurrency
         self.middleware = tuple(middleware)
         self.cache: Cache = cache or MemoryCache(self.clock)
+        self.blobs = blobs
         # Leader leases: Redis when the hub has it (several hosts), else the database, which
         # every process of this hub shares (the in-process cache would not be shared).
         self.leases: LeaderLeases = leases or (
@@ -156,11 +160,13 @@ class Hub:
         engine = store_engine.create_engine(settings.resolved_database_url())
         broker = make_broker(settings)
         cache = make_cache(settings)
+        blobs = make_blobs(settings)
         loaded = [*pipelines, *load_pipelines(settings.pipeline_paths())]
         return cls(
             engine=engine,
             broker=broker,
             cache=cache,
+            blobs=blobs,
             pipelines=loaded,
             concurrency=overrides.pop("concurrency", None) or settings.concurrency,  # type: ignore[arg-type]
             commit_batch=settings.commit_batch,
@@ -264,7 +270,31 @@ class Hub:
         await self.committer.close()
         await self.broker.close()
         await self.cache.close()
+        if self.blobs is not None:
+            await self.blobs.close()
         await self.engine.dispose()
+
+
+def make_blobs(settings: Settings) -> BlobStore:
+    """Local files (``file://``, default ``<data_dir>/blobs``) or S3 (``s3://bucket``)."""
+    url = settings.blob_url or f"file://{(settings.data_dir / 'blobs').resolve()}"
+    if url.startswith("s3://"):
+        from aigc_hub.blobs.s3 import S3BlobStore
+
+        return S3BlobStore.from_url(
+            url,
+            endpoint=settings.s3_endpoint,
+            access_key=settings.s3_access_key,
+            secret_key=settings.s3_secret_key,
+            region=settings.s3_region,
+        )
+    if not url.startswith("file://"):
+        raise ConfigurationError(f"blob URL {url!r} is neither file:///path nor s3://bucket")
+    from aigc_hub.blobs.local import LocalBlobStore, load_or_create_secret
+
+    root = Path(url.removeprefix("file://"))
+    secret = settings.blob_signing_key or load_or_create_secret(root)
+    return LocalBlobStore(root, secret=secret)
 
 
 def make_cache(settings: Settings) -> Cache:
@@ -285,7 +315,12 @@ def make_broker(settings: Settings) -> Broker:
     if settings.broker == "kafka":
         from aigc_hub.messaging.kafka import KafkaBroker
 
-        return KafkaBroker(settings.kafka_bootstrap, **settings.kafka_options())
+        options = settings.kafka_options()
+        return KafkaBroker(
+            settings.kafka_bootstrap,
+            consumer_overrides=options["consumer_overrides"],
+            producer_overrides=options["producer_overrides"],
+        )
     from aigc_hub.messaging.embedded import EmbeddedBroker
 
     return EmbeddedBroker(settings.resolved_log_path())
