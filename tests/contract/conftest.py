@@ -18,6 +18,7 @@ from aigc_hub.core.clock import ManualClock
 from aigc_hub.messaging.base import Broker
 from aigc_hub.messaging.embedded import EmbeddedBroker
 from aigc_hub.messaging.memory import MemoryBroker
+from aigc_hub.testing import tansu
 
 
 class BrokerFactory:
@@ -90,10 +91,32 @@ class EmbeddedFactory(BrokerFactory):
         )
 
 
+class KafkaFactory(BrokerFactory):
+    """Kafka protocol: one Tansu per session (or ``$AIGC_HUB_TEST_KAFKA``); every call is a
+    new client of the same cluster, as another process would be. Retention is the cluster's
+    own business (records are stamped with real time), so ``expire`` cannot force it."""
+
+    marks = (pytest.mark.kafka,)
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        super().__init__(request)
+        self.endpoint: tansu.KafkaEndpoint = request.getfixturevalue("kafka_endpoint")
+
+    def open(self) -> Broker:
+        return self.endpoint.broker()
+
+    def subprocess_code(self) -> str:
+        options = self.endpoint.broker_options()
+        return (
+            "from aigc_hub.messaging.kafka import KafkaBroker\n"
+            f"broker = KafkaBroker({self.endpoint.bootstrap!r}, **{options!r})\n"
+        )
+
+
 ENGINES: dict[str, type[BrokerFactory]] = {
     "memory": MemoryFactory,
     "embedded": EmbeddedFactory,
-    # "kafka": KafkaFactory,  (marks = (pytest.mark.kafka,))
+    "kafka": KafkaFactory,
 }
 
 

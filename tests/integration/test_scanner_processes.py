@@ -56,7 +56,7 @@ def scan_env(sqlite_url: str, tmp_path: Path, leases_kind: str) -> Iterator[dict
         try:
             with Redis.from_url(db) as client:
                 client.flushdb()
-        except Exception as exc:  # noqa: BLE001 - any failure means Redis is not there
+        except Exception as exc:
             service_missing("Redis", f"{db}: {exc.__class__.__name__}")
         env["AIGC_HUB_REDIS_URL"] = db
     yield env

@@ -155,3 +155,18 @@ def test_in_flight_counts_fetched_records_until_their_prefix_finishes() -> None:
     assert tracker.in_flight() == 1
     tracker.forget({A0})
     assert tracker.in_flight() == 0
+
+
+def test_offsets_of_a_failed_commit_are_offered_again() -> None:
+    tracker = OffsetTracker()
+    tp = TopicPartition("t", 0)
+    tracker.add(tp, 0)
+    tracker.done(tp, 0)
+    offsets = tracker.take_committable()
+    assert offsets == {tp: 1}
+    assert tracker.take_committable() == {}
+    tracker.retry_later(offsets)
+    assert tracker.take_committable() == {tp: 1}
+    tracker.retry_later(offsets)
+    tracker.forget({tp})
+    assert tracker.take_committable() == {}

@@ -121,6 +121,12 @@ def consumer_span(
         return
     from opentelemetry import trace
 
+    if tracer_provider is None and isinstance(
+        trace.get_tracer_provider(), trace.ProxyTracerProvider
+    ):
+        # No SDK configured in this process: every span would be a no-op; skip the work.
+        yield None
+        return
     parent = extract_parent(headers)
     context = None
     if parent is not None:

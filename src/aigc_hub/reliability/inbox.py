@@ -28,19 +28,32 @@ async def mark(
     if not event_ids:
         return set()
     unique = list(dict.fromkeys(event_ids))
-    # executemany + RETURNING: compiled once and cached ("insertmanyvalues" batches it),
-    # unlike a multi-row VALUES list whose SQL differs with every batch size.
+    if dialect_of(conn).name == "postgresql":
+        # One statement with array parameters: the same SQL text for every batch size, so
+        # the server plans it once; a VALUES list would be re-parsed per size.
+        rows = await conn.execute(
+            _PG_MARK, {"consumer": consumer, "ids": unique, "now": now_ms, "code": result_code}
+        )
+        return {row[0] for row in rows}
+    # executemany + RETURNING: compiled once and cached ("insertmanyvalues" batches it).
     stmt = (
         dialect_of(conn)
         .insert(INBOX)
         .on_conflict_do_nothing(index_elements=[INBOX.c.consumer, INBOX.c.event_id])
         .returning(INBOX.c.event_id)
     )
-    rows = [
+    params = [
         {"consumer": consumer, "event_id": eid, "processed_at": now_ms, "result_code": result_code}
         for eid in unique
     ]
-    return {row[0] for row in await conn.execute(stmt, rows)}
+    return {row[0] for row in await conn.execute(stmt, params)}
+
+
+_PG_MARK = sa.text(
+    "INSERT INTO inbox (consumer, event_id, processed_at, result_code) "
+    "SELECT :consumer, e, :now, :code FROM unnest(CAST(:ids AS varchar[])) AS e "
+    "ON CONFLICT (consumer, event_id) DO NOTHING RETURNING event_id"
+)
 
 
 async def unmark(conn: AsyncConnection, consumer: str, event_id: str) -> None:

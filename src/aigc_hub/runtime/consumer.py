@@ -395,7 +395,13 @@ class ConsumerGroupRuntime:
         while not stop.is_set():
             await self._progress.wait()
             self._progress.clear()
-            await self._commit_now(consumer)
+            try:
+                await self._commit_now(consumer)
+            except Exception:
+                # The offsets stay dirty: the next round (or shutdown) commits them.
+                log.exception("offset commit of %s failed; retrying", self.group)
+                self._progress.set()
+                await asyncio.sleep(0.5)
             await asyncio.sleep(0.01)  # coalesce: at most ~100 offset commits per second
 
     async def _commit_now(self, consumer: Consumer) -> None:
@@ -403,7 +409,11 @@ class ConsumerGroupRuntime:
             return
         offsets = self.tracker.take_committable()
         if offsets:
-            await consumer.commit(offsets)
+            try:
+                await consumer.commit(offsets)
+            except Exception:
+                self.tracker.retry_later(offsets)
+                raise
 
     async def _on_revoke(self, tps: set[TopicPartition]) -> None:
         if self._consumer is not None and self._crash is None:

@@ -42,6 +42,10 @@ class OffsetTracker:
         self._dirty -= set(out)
         return out
 
+    def retry_later(self, offsets: dict[TopicPartition, int]) -> None:
+        """A commit of ``offsets`` failed: offer them again (unless revoked meanwhile)."""
+        self._dirty |= {tp for tp in offsets if tp in self._commit_point}
+
     def forget(self, tps: set[TopicPartition]) -> None:
         """Drop revoked partitions: their unfinished offsets must never be committed by us."""
         for tp in tps:
