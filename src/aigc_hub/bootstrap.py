@@ -41,6 +41,7 @@ from aigc_hub.schemas.registry import SchemaRegistry
 from aigc_hub.settings import Settings
 from aigc_hub.store import engine as store_engine
 from aigc_hub.store import migrate
+from aigc_hub.store.dialects import dialect_of
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ class Hub:
         lag_interval_s: float = 10.0,
         alert_webhook: str | None = None,
         scanner_lease_ttl_ms: int = 15_000,
+        relay_workers: int = 2,
     ) -> None:
         self.engine = engine
         self.broker = broker
@@ -141,6 +143,7 @@ class Hub:
             else DatabaseLeases(engine, self.clock)
         )
         self.scanner_lease_ttl_ms = scanner_lease_ttl_ms
+        self.relay_workers = max(1, relay_workers)
         self.lag = LagMonitor(
             broker,
             self.clock,
@@ -178,6 +181,24 @@ class Hub:
             scanner_lease_ttl_ms=settings.scanner_lease_ttl_ms,
             **overrides,  # type: ignore[arg-type]
         )
+
+    def relays(self) -> list[Relay]:
+        """The relay, plus extra ones where the store lets several claim at once (PostgreSQL's
+        SKIP LOCKED): one publishes while another claims, so a broker round trip (``acks=all``)
+        does not leave the outbox idle."""
+        if not dialect_of(self.engine).skip_locked:
+            return [self.relay]
+        extra = [
+            Relay(
+                self.engine,
+                self.broker,
+                self.clock,
+                batch_size=self.relay.batch_size,
+                failpoints=self.failpoints,
+            )
+            for _ in range(self.relay_workers - 1)
+        ]
+        return [self.relay, *extra]
 
     def _watched_groups(self) -> dict[str, list[str]]:
         groups: dict[str, list[str]] = {}
@@ -241,7 +262,9 @@ class Hub:
         """Run the relay, the consumer groups (all, or those named), and optionally the
         scanners and the lag monitor, until ``stop`` is set."""
         specs = [s for s in self.handler_specs if groups is None or s.group in groups]
-        tasks = [asyncio.create_task(self.relay.run(stop), name="relay")] if relay else []
+        tasks = (
+            [asyncio.create_task(r.run(stop), name="relay") for r in self.relays()] if relay else []
+        )
         if scan:
             tasks.append(asyncio.create_task(self.scanner_runner().run(stop), name="scanners"))
         if lag:
