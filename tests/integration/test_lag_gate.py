@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import http.server
+import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,16 +17,22 @@ from tests.support import effects as fx
 from tests.support.hubs import hub_for, make_broker, wait_until
 
 
-@pytest.mark.parametrize("broker_kind", ["memory", "embedded"])
+@pytest.mark.parametrize(
+    "broker_kind", ["memory", "embedded", pytest.param("kafka", marks=pytest.mark.kafka)]
+)
 async def test_gate_closes_past_the_threshold_and_opens_after_draining(
-    sqlite_url: str, tmp_path: Path, broker_kind: str
+    sqlite_url: str, tmp_path: Path, broker_kind: str, request: pytest.FixtureRequest
 ) -> None:
-    clock = ManualClock()
-    broker = make_broker(broker_kind, tmp_path, clock)
+    clock: ManualClock | None = ManualClock()
+    if broker_kind == "kafka":  # records carry the cluster's real time there
+        clock = None
+        broker = request.getfixturevalue("kafka_endpoint").broker()
+    else:
+        broker = make_broker(broker_kind, tmp_path, clock)
     async with hub_for(sqlite_url, broker, [fx.make_pipeline()], clock=clock) as hub:
         monitor = LagMonitor(
             broker,
-            clock,
+            hub.clock,
             {fx.GROUP: [fx.TOPIC]},
             hub.catalog,
             thresholds={fx.TOPIC: Threshold(max_lag=100, max_age_s=60)},
@@ -66,7 +75,7 @@ async def test_age_alone_breaches_and_half_the_threshold_clears(
     async with hub_for(sqlite_url, broker, [fx.make_pipeline()], clock=clock) as hub:
         monitor = LagMonitor(
             broker,
-            clock,
+            hub.clock,
             {fx.GROUP: [fx.TOPIC]},
             hub.catalog,
             thresholds={fx.TOPIC: Threshold(max_lag=1_000, max_age_s=60)},
@@ -90,3 +99,56 @@ def test_threshold_settings_parse() -> None:
     for bad in ("transcode", "transcode=", "=5", "x=abc"):
         with pytest.raises(ValueError, match="bad lag threshold"):
             parse_thresholds(bad)
+
+
+async def test_alerts_are_posted_to_the_webhook_on_firing_and_resolving(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    received: list[dict[str, object]] = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["content-length"]))
+            received.append(json.loads(body))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        clock = ManualClock()
+        broker = make_broker("memory", tmp_path, clock)
+        async with hub_for(sqlite_url, broker, [fx.make_pipeline()], clock=clock) as hub:
+            url = f"http://127.0.0.1:{server.server_address[1]}/alerts"
+            monitor = LagMonitor(
+                broker,
+                clock,
+                {fx.GROUP: [fx.TOPIC]},
+                hub.catalog,
+                thresholds={fx.TOPIC: Threshold(max_lag=5)},
+                webhook_url=url,
+            )
+            async with hub.transaction() as conn:
+                await hub.outbox.add(conn, [fx.request(f"k{i}", i) for i in range(10)])
+            await hub.relay.drain()
+            await monitor.sample()
+            stop = asyncio.Event()
+            run = asyncio.create_task(hub.run(stop))
+
+            async def resolved() -> bool:
+                await monitor.sample()
+                return len(received) == 2
+
+            await wait_until(resolved, timeout=20)
+            stop.set()
+            await run
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [a["state"] for a in received] == ["firing", "resolved"]
+    assert received[0]["topic"] == fx.TOPIC and received[0]["lag"] == 10
+    assert received[0]["group"] == fx.GROUP
