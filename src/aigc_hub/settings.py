@@ -43,6 +43,8 @@ class Settings(BaseSettings):
     blob_signing_key: str | None = Field(
         None, description="HMAC key for local signed blob URLs; default: generated per data dir"
     )
+    api_host: str = Field("127.0.0.1", description="where `aigc-hub api` listens")
+    api_port: int = Field(8000, ge=0, le=65535, description="port of `aigc-hub api`")
     metrics_host: str = Field("127.0.0.1", description="where worker/relay/scan serve /metrics")
     metrics_port: int | None = Field(
         None, ge=0, le=65535, description="port for /metrics in worker/relay/scan; none = off"

@@ -152,3 +152,21 @@ async def test_alerts_are_posted_to_the_webhook_on_firing_and_resolving(
     assert [a["state"] for a in received] == ["firing", "resolved"]
     assert received[0]["topic"] == fx.TOPIC and received[0]["lag"] == 10
     assert received[0]["group"] == fx.GROUP
+
+
+async def test_an_unreachable_broker_closes_every_gate(sqlite_url: str, tmp_path: Path) -> None:
+    broker = make_broker("memory", tmp_path)
+    async with hub_for(sqlite_url, broker, [fx.make_pipeline()]) as hub:
+        gate = AdmissionGate(hub.lag)
+        await hub.lag.sample()
+        assert gate.admit("effects").admitted
+
+        async def down(group: str, topics: list[str]) -> list[object]:
+            raise ConnectionError("broker down")
+
+        hub.lag.broker.lag = down  # type: ignore[method-assign]
+        with pytest.raises(ConnectionError):
+            await hub.lag.sample()
+        verdict = gate.admit("effects")
+        assert not verdict.admitted and verdict.broker_unreachable
+        assert verdict.retry_after_s > 0

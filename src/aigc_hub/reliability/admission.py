@@ -26,6 +26,8 @@ class Admission:
     admitted: bool
     retry_after_s: int = 0
     reason: str = ""
+    #: True when the refusal is because the broker cannot be reached (the API answers 503).
+    broker_unreachable: bool = False
 
 
 class AdmissionGate:
@@ -36,6 +38,14 @@ class AdmissionGate:
 
     def admit(self, pipeline: str) -> Admission:
         """Admit, or a retry-after for the pipeline's worst breach."""
+        if not self.monitor.broker_reachable:
+            metrics.ADMISSION_OPEN.labels(pipeline).set(0)
+            return Admission(
+                False,
+                UNKNOWN_RETRY_S,
+                "the message broker cannot be reached",
+                broker_unreachable=True,
+            )
         breaches = self.monitor.overloaded_pipelines().get(pipeline, [])
         metrics.ADMISSION_OPEN.labels(pipeline).set(0 if breaches else 1)
         if not breaches:

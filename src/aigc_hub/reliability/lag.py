@@ -75,6 +75,8 @@ class LagMonitor:
     webhook_url: str | None = None
     interval_s: float = 10.0
     overloaded: dict[str, TopicLag] = field(default_factory=dict)
+    #: False after a sample could not reach the broker; the gate then refuses all new work.
+    broker_reachable: bool = True
     _trends: dict[tuple[str, str], _Trend] = field(default_factory=dict)
 
     async def sample(self) -> list[TopicLag]:
@@ -82,7 +84,12 @@ class LagMonitor:
         now = self.clock.now_ms()
         out: list[TopicLag] = []
         for group, topics in self.groups.items():
-            rows = await self.broker.lag(group, list(topics))
+            try:
+                rows = await self.broker.lag(group, list(topics))
+            except Exception:
+                self.broker_reachable = False
+                raise
+            self.broker_reachable = True
             for topic in topics:
                 out.append(self._evaluate(group, topic, [r for r in rows if r.topic == topic], now))
         return out

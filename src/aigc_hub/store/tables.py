@@ -141,3 +141,25 @@ audit_log = sa.Table(
     sa.Column("detail", sa.JSON, nullable=False),
     sa.Index("ix_audit_log_at", "at"),
 )
+
+#: Who may call the HTTP API on whose behalf; every business row carries a ``tenant_id``.
+tenants = sa.Table(
+    "tenants",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True, comment="UUIDv7"),
+    sa.Column("name", sa.String(200), nullable=False, unique=True),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+)
+
+#: API keys, stored as the SHA-256 of the secret; a NULL ``tenant_id`` is an admin key.
+api_keys = sa.Table(
+    "api_keys",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True, comment="UUIDv7"),
+    sa.Column("tenant_id", sa.String(36), sa.ForeignKey("tenants.id"), nullable=True, index=True),
+    sa.Column("key_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("prefix", sa.String(8), nullable=False, comment="first characters, for display"),
+    sa.Column("role", sa.String(10), nullable=False, comment="'tenant' or 'admin'"),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("revoked_at", sa.BigInteger, nullable=True),
+)

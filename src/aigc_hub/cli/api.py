@@ -1,0 +1,43 @@
+"""``aigc-hub api``: serve the HTTP API with uvicorn until Ctrl-C."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from aigc_hub import bootstrap
+from aigc_hub.cli import common
+from aigc_hub.observability.logging import configure_logging
+from aigc_hub.settings import Settings
+
+
+async def _serve(settings: Settings, host: str, port: int) -> None:
+    import uvicorn
+
+    from aigc_hub.interfaces.http.app import create_app
+
+    hub = bootstrap.Hub.from_settings(settings)
+    await hub.start()
+    try:
+        config = uvicorn.Config(create_app(hub), host=host, port=port, log_config=None)
+        await uvicorn.Server(config).serve()
+    finally:
+        await hub.close()
+
+
+def api(
+    host: Annotated[
+        str, typer.Option("--host", envvar="AIGC_HUB_API_HOST", help="Address to listen on.")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int,
+        typer.Option(
+            "--port", envvar="AIGC_HUB_API_PORT", min=0, max=65535, help="Port to listen on."
+        ),
+    ] = 8000,
+) -> None:
+    """Serve the HTTP API (problem+json errors, /healthz, /readyz, /metrics)."""
+    settings = Settings()
+    configure_logging(settings.log_level, settings.log_json)
+    common.run_async(_serve(settings, host, port))

@@ -1,0 +1,1 @@
+"""The ways in: HTTP (``interfaces.http``); they import both the backbone and pipelines."""

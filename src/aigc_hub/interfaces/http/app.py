@@ -1,0 +1,39 @@
+"""``create_app(hub)``: the FastAPI application around a hub the caller starts and closes.
+
+One router module per area (``health`` now; jobs, events, admin later); a pipeline adds
+its own routers through a ``routers`` attribute, mounted under ``/v1``. Errors are
+problem+json (:mod:`.problems`); bodies are bounded by :class:`.limits.BodyLimits`.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, FastAPI
+
+from aigc_hub.bootstrap import Hub
+from aigc_hub.interfaces.http import health, problems
+from aigc_hub.interfaces.http.limits import BodyLimits, Limits
+
+#: The prefix of the versioned API.
+API_PREFIX = "/v1"
+
+
+def create_app(
+    hub: Hub, *, limits: Limits | None = None, routers: list[APIRouter] | None = None
+) -> FastAPI:
+    """The HTTP API for ``hub``; ``routers`` (tests, extensions) are mounted under ``/v1``.
+
+    The app does not own the hub: no lifespan starts or closes it.
+    """
+    limits = limits or Limits()
+    app = FastAPI(title="AIGC Hub", version="1", openapi_url=f"{API_PREFIX}/openapi.json")
+    app.state.hub = hub
+    app.state.limits = limits
+    problems.install(app)
+    app.add_middleware(BodyLimits, limits=limits)
+    app.include_router(health.router)
+    for pipeline in hub.pipelines:
+        for router in getattr(pipeline, "routers", []):
+            app.include_router(router, prefix=API_PREFIX)
+    for router in routers or []:
+        app.include_router(router, prefix=API_PREFIX)
+    return app

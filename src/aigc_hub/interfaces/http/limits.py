@@ -1,0 +1,182 @@
+"""Request limits: body size and JSON depth (ASGI middleware), per-tenant rate, admission.
+
+* :class:`BodyLimits` refuses a body over ``max_body_bytes`` with 413, judged on
+  ``Content-Length`` first and on the bytes actually streamed (a lying or absent header
+  does not help), and a JSON body nested deeper than ``max_json_depth`` with 400.
+* :func:`rate_limited_tenant` spends one token of the tenant's bucket
+  (``api:{tenant_id}`` on ``hub.cache.limiter``): 429 with ``Retry-After`` when empty.
+* :func:`admit` makes a dependency that asks ``hub.gate`` whether a pipeline takes new
+  work: 429 with ``Retry-After`` when it is behind, 503 when the broker is unreachable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from aigc_hub.interfaces.http import auth, problems
+from aigc_hub.interfaces.http.problems import Problem
+from aigc_hub.tenancy import Principal
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The API's limits; one value per app (``app.state.limits``)."""
+
+    max_body_bytes: int = 1 << 20
+    max_json_depth: int = 32
+    rate_per_s: float = 20.0
+    burst: float = 40.0
+
+
+def too_large(limit: int) -> Problem:
+    """The 413 problem for a body over ``limit`` bytes."""
+    return Problem(413, f"the request body is larger than {limit} bytes", limit=limit)
+
+
+def json_depth_exceeds(body: bytes, limit: int) -> bool:
+    """True when ``body``'s arrays/objects nest deeper than ``limit`` (strings are skipped).
+
+    A scan, not a parse: it runs before any JSON parser can recurse on a hostile body.
+    """
+    depth = 0
+    in_string = escaped = False
+    for byte in body:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            if depth > limit:
+                return True
+        elif byte in (0x5D, 0x7D):  # ] }
+            depth -= 1
+    return False
+
+
+def _is_json(scope: Scope) -> bool:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-type":
+            media: bytes = value.split(b";", 1)[0].strip().lower()
+            return media == b"application/json" or media.endswith(b"+json")
+    return False
+
+
+class BodyLimits:
+    """ASGI middleware enforcing :class:`Limits` body size and JSON depth on HTTP requests."""
+
+    def __init__(self, app: ASGIApp, limits: Limits) -> None:
+        self.app = app
+        self.limits = limits
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.limits.max_body_bytes
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.isdigit() and int(value) > limit:
+                await self._refuse(scope, receive, send, too_large(limit))
+                return
+        if _is_json(scope):
+            await self._buffered_json(scope, receive, send)
+            return
+        received = 0
+
+        async def counting() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise too_large(limit)
+            return message
+
+        await self.app(scope, counting, send)
+
+    async def _buffered_json(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Read the whole (bounded) JSON body, check its depth, then replay it to the app."""
+        limit, chunks, size = self.limits.max_body_bytes, [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                await self._refuse(scope, receive, send, too_large(limit))
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        depth = self.limits.max_json_depth
+        if json_depth_exceeds(body, depth):
+            problem = Problem(400, f"JSON nested deeper than {depth}", slug="json-too-deep")
+            await self._refuse(scope, receive, send, problem)
+            return
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    @staticmethod
+    async def _refuse(scope: Scope, receive: Receive, send: Send, problem: Problem) -> None:
+        await problems.response(Request(scope), problem)(scope, receive, send)
+
+
+def limits_of(request: Request) -> Limits:
+    """The app's :class:`Limits`."""
+    found: Limits = request.app.state.limits
+    return found
+
+
+async def rate_limited_tenant(request: Request, who: auth.TenantPrincipal) -> Principal:
+    """The tenant principal, after taking one token from its bucket; else 429 + Retry-After."""
+    limits = limits_of(request)
+    decision = await auth.hub_of(request).cache.limiter.acquire(
+        f"api:{who.tenant_id}", limits.rate_per_s, limits.burst
+    )
+    if not decision.allowed:
+        raise Problem(
+            429, "too many requests for this tenant", retry_after_s=decision.retry_after_s
+        )
+    return who
+
+
+#: Shorthand for route signatures: an authenticated, rate-limited tenant.
+LimitedTenant = Annotated[Principal, Depends(rate_limited_tenant)]
+
+
+def admit(pipeline: str) -> Callable[[Request], Awaitable[None]]:
+    """A dependency refusing new work for ``pipeline`` while the admission gate is closed.
+
+    429 + ``Retry-After`` when its consumers are behind; 503 when the admission says the
+    broker is unreachable (the admission's ``broker_unreachable``).
+    """
+
+    async def admission(request: Request) -> None:
+        answer = auth.hub_of(request).gate.admit(pipeline)
+        if answer.admitted:
+            return
+        status = 503 if answer.broker_unreachable else 429
+        detail = answer.reason or f"{pipeline} is not taking new work right now"
+        raise Problem(status, detail, retry_after_s=answer.retry_after_s, pipeline=pipeline)
+
+    return admission
