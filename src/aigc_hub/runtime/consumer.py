@@ -13,12 +13,11 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import pydantic
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from aigc_hub.core.clock import Clock
 from aigc_hub.core.envelope import Envelope
@@ -31,7 +30,7 @@ from aigc_hub.pipeline import HandlerSpec
 from aigc_hub.reliability import inbox
 from aigc_hub.reliability.dlq import DeadLetterStore
 from aigc_hub.reliability.redelivery import Parked, ParkRequest, RedeliveryStore
-from aigc_hub.runtime.committer import CommitStatus, Committer, Outcome
+from aigc_hub.runtime.committer import Always, CommitStatus, Committer, Outcome
 from aigc_hub.runtime.context import HandlerContext
 from aigc_hub.runtime.failures import FailureRouter
 from aigc_hub.runtime.middleware import Middleware, compose
@@ -310,10 +309,12 @@ class ConsumerGroupRuntime:
             ctx.result_code = "applied"
         return list(emitted)
 
-    def _head_finisher(self, head: Parked) -> Callable[..., Awaitable[None]]:
-        async def finish(conn: object) -> None:
+    def _head_finisher(self, head: Parked) -> Always:
+        """Bookkeeping for a redelivered head, run in its commit (duplicate or not)."""
+
+        async def finish(conn: AsyncConnection) -> None:
             remains = await self.deps.redeliveries.finish_head(
-                conn,  # type: ignore[arg-type]
+                conn,
                 head.seq,
                 self.group,
                 head.key,
