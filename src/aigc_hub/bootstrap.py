@@ -27,6 +27,7 @@ from aigc_hub.messaging.catalog import TopicCatalog, seeded_catalog
 from aigc_hub.pipeline import HandlerSpec, Pipeline
 from aigc_hub.reliability.admission import AdmissionGate
 from aigc_hub.reliability.dlq import DeadLetterStore
+from aigc_hub.reliability.idempotency_scanner import IdempotencyExpiryScanner
 from aigc_hub.reliability.lag import DEFAULT_THRESHOLDS, LagMonitor, Threshold, parse_thresholds
 from aigc_hub.reliability.leases import DatabaseLeases
 from aigc_hub.reliability.outbox import EventRoutes, OutboxWriter
@@ -211,7 +212,10 @@ class Hub:
     def scanners(self) -> list[Scanner]:
         """The backbone's scanners plus every pipeline's."""
         own_relay = Relay(self.engine, self.broker, self.clock, name=f"scanner-{default_owner()}")
-        found: list[Scanner] = [OutboxAgeScanner(self.engine, own_relay, self.clock)]
+        found: list[Scanner] = [
+            OutboxAgeScanner(self.engine, own_relay, self.clock),
+            IdempotencyExpiryScanner(self.engine, self.clock),
+        ]
         found += [factory(self) for p in self.pipelines for factory in p.scanners]
         return found
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from collections.abc import Iterator
 from typing import Annotated
 
 import typer
@@ -23,6 +24,7 @@ async def _serve(
     groups: list[str] | None,
     scan: bool = False,
     lag: bool = False,
+    api: bool = False,
 ) -> None:
     hub = bootstrap.Hub.from_settings(settings)
     stop = asyncio.Event()
@@ -46,11 +48,40 @@ async def _serve(
     )
     try:
         await hub.start()
-        await hub.run(stop, groups=groups, relay=relay, scan=scan, lag=lag)
+        if api:
+            await _with_api(hub, settings, stop, groups=groups, relay=relay, scan=scan, lag=lag)
+        else:
+            await hub.run(stop, groups=groups, relay=relay, scan=scan, lag=lag)
     finally:
         await hub.close()
         if exporter is not None:
             exporter.close()
+
+
+async def _with_api(
+    hub: bootstrap.Hub, settings: Settings, stop: asyncio.Event, **parts: object
+) -> None:
+    """Serve the HTTP API beside the hub's parts; Ctrl-C stops both, API first."""
+    import uvicorn
+
+    from aigc_hub.interfaces.http.app import create_app
+
+    class _Server(uvicorn.Server):
+        # Signals are ours (they set ``stop``); uvicorn must not re-raise them on exit.
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    config = uvicorn.Config(
+        create_app(hub), host=settings.api_host, port=settings.api_port, log_config=None
+    )
+    server = _Server(config)
+    serving = asyncio.create_task(server.serve(), name="http")
+    running = asyncio.create_task(hub.run(stop, **parts), name="hub")  # type: ignore[arg-type]
+    await stop.wait()
+    server.should_exit = True
+    await serving
+    await running
 
 
 def _configure_logging(settings: Settings) -> None:
@@ -58,14 +89,16 @@ def _configure_logging(settings: Settings) -> None:
 
 
 def up() -> None:
-    """Run everything on one machine (migrations, relay, every consumer group) until Ctrl-C."""
+    """Run everything on one machine (migrations, API, relay, consumer groups, scanners,
+    lag monitor) until Ctrl-C."""
     settings = Settings()
     _configure_logging(settings)
     url = bootstrap.prepare_database(settings)
     out = common.console()
     out.print(f"[bold]AIGC Hub[/] up: database {url}, embedded log {settings.resolved_log_path()}")
     out.print(f"data lives under {settings.data_dir.resolve()}; Ctrl-C stops")
-    common.run_async(_serve(settings, relay=True, groups=None, scan=True, lag=True))
+    out.print(f"API on http://{settings.api_host}:{settings.api_port} (docs at /docs)")
+    common.run_async(_serve(settings, relay=True, groups=None, scan=True, lag=True, api=True))
 
 
 def relay() -> None:

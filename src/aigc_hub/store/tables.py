@@ -163,3 +163,38 @@ api_keys = sa.Table(
     sa.Column("created_at", sa.BigInteger, nullable=False),
     sa.Column("revoked_at", sa.BigInteger, nullable=True),
 )
+
+#: Idempotency-Key records of creating POSTs, per tenant: the claim, then the stored answer.
+idempotency_keys = sa.Table(
+    "idempotency_keys",
+    metadata,
+    sa.Column("tenant_id", sa.String(36), primary_key=True),
+    sa.Column("key", sa.String(255), primary_key=True),
+    sa.Column("fingerprint", sa.String(64), nullable=False, comment="sha256 of method+path+body"),
+    sa.Column("status", sa.String(20), nullable=False, comment="'in_flight' or 'done'"),
+    sa.Column("response_status", sa.Integer, nullable=True),
+    sa.Column("response_headers", sa.JSON, nullable=True),
+    sa.Column("response_body", sa.LargeBinary, nullable=True),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("expires_at", sa.BigInteger, nullable=False, index=True),
+)
+
+#: Long-running operator jobs of the admin API (bulk replays, purges), with their progress.
+admin_jobs = sa.Table(
+    "admin_jobs",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True, comment="UUIDv7"),
+    sa.Column("kind", sa.String(50), nullable=False),
+    sa.Column(
+        "status", sa.String(20), nullable=False, comment="'queued', 'running', 'done' or 'failed'"
+    ),
+    sa.Column("total", sa.Integer, nullable=False),
+    sa.Column("done", sa.Integer, nullable=False),
+    sa.Column("failed", sa.Integer, nullable=False),
+    sa.Column("params", sa.JSON, nullable=False),
+    sa.Column("actor", sa.String(200), nullable=False),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("created_at", sa.BigInteger, nullable=False, index=True),
+    sa.Column("updated_at", sa.BigInteger, nullable=False),
+    sa.Column("finished_at", sa.BigInteger, nullable=True),
+)

@@ -1,16 +1,19 @@
 """``create_app(hub)``: the FastAPI application around a hub the caller starts and closes.
 
-One router module per area (``health`` now; jobs, events, admin later); a pipeline adds
-its own routers through a ``routers`` attribute, mounted under ``/v1``. Errors are
+One router module per area (``health``, ``admin``); a pipeline adds its own routers
+through a ``routers`` attribute, mounted under ``/v1``. Errors are
 problem+json (:mod:`.problems`); bodies are bounded by :class:`.limits.BodyLimits`.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 from fastapi import APIRouter, FastAPI
 
 from aigc_hub.bootstrap import Hub
-from aigc_hub.interfaces.http import health, problems
+from aigc_hub.interfaces.http import admin, health, problems
 from aigc_hub.interfaces.http.limits import BodyLimits, Limits
 
 #: The prefix of the versioned API.
@@ -25,15 +28,30 @@ def create_app(
     The app does not own the hub: no lifespan starts or closes it.
     """
     limits = limits or Limits()
-    app = FastAPI(title="AIGC Hub", version="1", openapi_url=f"{API_PREFIX}/openapi.json")
+    app = FastAPI(
+        title="AIGC Hub",
+        version="1",
+        openapi_url=f"{API_PREFIX}/openapi.json",
+        lifespan=_lifespan,
+    )
     app.state.hub = hub
     app.state.limits = limits
     problems.install(app)
     app.add_middleware(BodyLimits, limits=limits)
     app.include_router(health.router)
+    app.include_router(admin.router, prefix="/admin")
     for pipeline in hub.pipelines:
         for router in getattr(pipeline, "routers", []):
             app.include_router(router, prefix=API_PREFIX)
     for router in routers or []:
         app.include_router(router, prefix=API_PREFIX)
     return app
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """On shutdown, stop bulk replay jobs still running (they are marked, not lost)."""
+    yield
+    jobs = getattr(app.state, "replay_jobs", None)
+    if jobs is not None:
+        await jobs.close()
