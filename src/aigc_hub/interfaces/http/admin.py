@@ -14,7 +14,7 @@ import json
 from typing import Annotated, Any, Literal
 
 import sqlalchemy as sa
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from aigc_hub.bootstrap import Hub
@@ -63,6 +63,14 @@ _AUTH: dict[int | str, dict[str, Any]] = {
 _INVALID: dict[int | str, dict[str, Any]] = {422: _problem("Invalid parameters or body")}
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: _problem("No such resource")}
 _CONFLICT: dict[int | str, dict[str, Any]] = {409: _problem("The dead letter cannot be replayed")}
+_IDEMPOTENT: dict[int | str, dict[str, Any]] = {
+    400: _problem("Idempotency-Key missing or invalid"),
+    409: _problem("A request with this Idempotency-Key is still in flight"),
+    422: _problem("Invalid body, or the Idempotency-Key was used with another body"),
+}
+
+#: Dead-letter ids are 64-bit database keys; anything larger is refused as invalid (422).
+DeadLetterId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The dead letter's id")]
 
 router = APIRouter(
     tags=["admin"],
@@ -216,7 +224,7 @@ class JobOut(BaseModel):
 class Dismiss(BaseModel):
     """Dismiss pending dead letters."""
 
-    ids: list[int] = Field(min_length=1, max_length=1000)
+    ids: list[Annotated[int, Field(ge=1, le=2**63 - 1)]] = Field(min_length=1, max_length=1000)
     reason: str = Field("", max_length=500)
 
 
@@ -263,7 +271,7 @@ async def list_dead_letters(
     summary="Replay dead letters by filter, in the background",
     responses={
         202: {"headers": {"Location": {"description": "/admin/jobs/{id}"}}},
-        **_INVALID,
+        **_IDEMPOTENT,
     },
 )
 async def bulk_replay(
@@ -293,7 +301,7 @@ async def dismiss(body: Dismiss, who: AdminPrincipal, hub: HubDep) -> Dismissed:
     responses={**_NOT_FOUND, **_INVALID},
     summary="One dead letter with its envelope",
 )
-async def get_dead_letter(dead_letter_id: int, hub: HubDep) -> DeadLetterDetail:
+async def get_dead_letter(dead_letter_id: DeadLetterId, hub: HubDep) -> DeadLetterDetail:
     try:
         return DeadLetterDetail.of(await hub.dlq.get(dead_letter_id))
     except DeadLetterNotFound:
@@ -306,7 +314,9 @@ async def get_dead_letter(dead_letter_id: int, hub: HubDep) -> DeadLetterDetail:
     responses={**_NOT_FOUND, **_CONFLICT, **_INVALID},
     summary="Replay one dead letter to its original topic",
 )
-async def replay_one(dead_letter_id: int, who: AdminPrincipal, hub: HubDep) -> DeadLetterItem:
+async def replay_one(
+    dead_letter_id: DeadLetterId, who: AdminPrincipal, hub: HubDep
+) -> DeadLetterItem:
     try:
         await hub.dlq.replay(dead_letter_id, actor=actor_of(who))
     except DeadLetterNotFound:

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 
 import sqlalchemy as sa
 from fastapi import APIRouter, Request, Response
+from fastapi.responses import PlainTextResponse
 from prometheus_client import generate_latest
 
 from aigc_hub.bootstrap import Hub
@@ -80,7 +81,11 @@ async def readyz(request: Request) -> dict[str, object]:
     return {"status": "ok", "checks": list(CHECKS)}
 
 
-@router.get("/metrics")
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
 async def metrics() -> Response:
     """The process's Prometheus metrics, text exposition format 0.0.4."""
     return Response(generate_latest(), media_type=METRICS_MEDIA_TYPE)

@@ -3,7 +3,7 @@
 A route opts in by living on a router whose ``route_class`` is :class:`IdempotentRoute` and
 by asking for the :data:`Idempotency` dependency; it then returns normally::
 
-    from fastapi import APIRouter
+    from fastapi import Header, APIRouter
     from aigc_hub.interfaces.http.auth import TenantPrincipal
     from aigc_hub.interfaces.http.idempotency import Idempotency, IdempotentRoute
 
@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import sqlalchemy as sa
-from fastapi import Depends, Request, Response
+from fastapi import Depends, Header, Request, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -181,7 +181,20 @@ def _replay(row: Any) -> Response:
     )
 
 
-async def idempotent(request: Request, who: auth.TenantPrincipal) -> IdempotencyClaim:
+#: The header as OpenAPI shows it; checked by :func:`parse_key` (400 when missing or invalid,
+#: as the draft asks, rather than FastAPI's 422 for a required header).
+KeyHeader = Annotated[
+    str | None,
+    Header(
+        alias=HEADER,
+        description="Unique per logical operation (e.g. a UUID); reuse it on every retry.",
+    ),
+]
+
+
+async def idempotent(
+    request: Request, who: auth.TenantPrincipal, _key: KeyHeader = None
+) -> IdempotencyClaim:
     """Claim the request's ``Idempotency-Key`` for the tenant, or answer for the route.
 
     Returns the claim on a first request; raises a replay (handled by
@@ -191,7 +204,9 @@ async def idempotent(request: Request, who: auth.TenantPrincipal) -> Idempotency
     return await _claim(request, who.tenant_id)
 
 
-async def admin_idempotent(request: Request, who: auth.AdminPrincipal) -> IdempotencyClaim:
+async def admin_idempotent(
+    request: Request, who: auth.AdminPrincipal, _key: KeyHeader = None
+) -> IdempotencyClaim:
     """As :func:`idempotent` for admin routes; admin keys share the :data:`ADMIN_SCOPE`."""
     return await _claim(request, ADMIN_SCOPE)
 
