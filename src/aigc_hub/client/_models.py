@@ -1,0 +1,144 @@
+"""Client-side mirrors of the API's response bodies (unknown members are kept, not refused)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Model(BaseModel):
+    # A newer server may add members: keep them rather than fail.
+    model_config = ConfigDict(extra="allow")
+
+
+class Health(_Model):
+    """``/healthz`` and ``/readyz``: ``status`` is ``ok``; ``checks`` names what ``readyz`` ran."""
+
+    status: str
+    checks: list[str] = []
+
+
+class DeadLetter(_Model):
+    """A dead letter without its bytes (times are epoch ms)."""
+
+    id: int
+    event_id: str | None
+    event_type: str | None
+    tenant_id: str | None
+    topic: str
+    partition: int | None
+    offset: int | None
+    key: str | None
+    consumer: str
+    pipeline: str
+    error_class: str
+    error_message: str
+    attempts: int
+    first_failure_at: int
+    last_failure_at: int
+    status: str
+    created_at: int
+    resolved_at: int | None
+
+
+class DeadLetterDetail(DeadLetter):
+    """A dead letter with its envelope (or base64 ``raw`` bytes), headers and history."""
+
+    envelope: dict[str, Any] | None
+    raw: str | None
+    headers: dict[str, str]
+    history: list[dict[str, Any]]
+
+
+class DeadLetterPage(_Model):
+    """A page of dead letters, newest first; ``next_cursor`` is ``None`` on the last page."""
+
+    items: list[DeadLetter]
+    next_cursor: str | None
+
+
+class JobAccepted(_Model):
+    """A bulk replay was accepted; ``location`` is the job's URL path (``Location`` header)."""
+
+    job_id: str
+    status: str
+    total: int
+    location: str | None = None
+
+
+class Job(_Model):
+    """An admin job's progress; ``status`` is ``queued``, ``running``, ``done`` or ``failed``."""
+
+    id: str
+    kind: str
+    status: str
+    total: int
+    done: int
+    failed: int
+    params: dict[str, Any]
+    actor: str
+    error: str | None
+    created_at: int
+    updated_at: int
+    finished_at: int | None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+
+#: Job statuses after which a job no longer changes.
+FINISHED = frozenset({"done", "failed"})
+
+
+class Dismissed(_Model):
+    """How many dead letters changed from pending to dismissed."""
+
+    dismissed: int
+
+
+class PartitionLag(_Model):
+    partition: int
+    committed: int
+    end_offset: int
+    lag: int
+
+
+class TopicLag(_Model):
+    group: str
+    topic: str
+    lag: int
+    oldest_age_s: float
+    breached: bool
+    partitions: list[PartitionLag]
+
+
+class Lag(_Model):
+    """Lag of every watched consumer group."""
+
+    broker_reachable: bool
+    items: list[TopicLag]
+
+
+class Outbox(_Model):
+    """Unpublished outbox rows and the age of the oldest."""
+
+    backlog: int
+    oldest_age_s: float
+
+
+class AuditEntry(_Model):
+    id: int
+    at: int
+    actor: str
+    action: str
+    target: str
+    result: str
+    detail: dict[str, Any]
+
+
+class AuditPage(_Model):
+    """Audit entries, newest first."""
+
+    items: list[AuditEntry]
