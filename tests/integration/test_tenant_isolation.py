@@ -1,0 +1,97 @@
+"""Every route, called as tenant B with tenant A's ids: never a 2xx, never a side effect.
+
+The test enumerates the app's operations (from its OpenAPI document, which lists every
+route however it was mounted), so a route added later (by a pipeline) is covered the day it
+lands: its path parameters must have an entry in ``IDS_OF_TENANT_A`` or the test fails.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from fastapi import FastAPI
+
+from aigc_hub import tenancy
+from aigc_hub.bootstrap import Hub
+from aigc_hub.interfaces.http.app import create_app
+from aigc_hub.messaging.memory import MemoryBroker
+from aigc_hub.reliability.dlq import DeadLetterFilter
+from aigc_hub.reliability.replay_jobs import ReplayJobs
+from aigc_hub.store import tables
+from tests.integration.test_admin_api import seed
+from tests.support import effects as fx
+from tests.support.hubs import hub_for
+
+#: Routes anyone may call (no tenant data behind them).
+PUBLIC = {"/healthz", "/readyz", "/metrics"}
+
+
+async def _dead_letter_of_a(hub: Hub) -> str:
+    return str((await seed(hub))[0])
+
+
+async def _job_of_a(hub: Hub) -> str:
+    jobs = ReplayJobs(hub.engine, hub.dlq, hub.clock, rate_per_s=0)
+    job = await jobs.start(DeadLetterFilter(topic="none"), max_items=1, actor="admin:a")
+    await jobs.wait(job.id)
+    await jobs.close()
+    return job.id
+
+
+#: How to make a resource of tenant A for each path parameter name.
+IDS_OF_TENANT_A: dict[str, Callable[[Hub], Awaitable[str]]] = {
+    "dead_letter_id": _dead_letter_of_a,
+    "job_id": _job_of_a,
+}
+
+
+@pytest.fixture
+async def hub(db_url: str) -> AsyncIterator[Hub]:
+    async with hub_for(db_url, MemoryBroker(), [fx.make_pipeline()]) as started:
+        yield started
+
+
+async def _row_counts(hub: Hub) -> dict[str, int]:
+    async with hub.engine.connect() as conn:
+        return {
+            t.name: int(
+                (await conn.execute(sa.select(sa.func.count()).select_from(t))).scalar_one()
+            )
+            for t in tables.metadata.sorted_tables
+        }
+
+
+async def test_tenant_b_never_gets_a_2xx_or_an_effect_with_tenant_a_ids(hub: Hub) -> None:
+    app: FastAPI = create_app(hub)
+    _, key_a = await tenancy.create_tenant(hub.engine, "tenant-a")
+    _, key_b = await tenancy.create_tenant(hub.engine, "tenant-b")
+    assert key_a != key_b
+    ids = {name: await make(hub) for name, make in IDS_OF_TENANT_A.items()}
+    before = await _row_counts(hub)
+
+    calls = 0
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://hub.test") as client:
+        for template, operations in app.openapi()["paths"].items():
+            if template in PUBLIC:
+                continue
+            params = re.findall(r"{(\w+)}", template)
+            missing = [p for p in params if p not in ids]
+            assert not missing, f"{template}: add a tenant-A id maker for {missing}"
+            path = template.format(**{p: ids[p] for p in params})
+            for method in sorted(m.upper() for m in operations):
+                response = await client.request(
+                    method,
+                    path,
+                    json={} if method in ("POST", "PUT", "PATCH") else None,
+                    headers={"Authorization": f"Bearer {key_b}", "Idempotency-Key": "b-1"},
+                )
+                calls += 1
+                assert not 200 <= response.status_code < 300, (method, path, response.text)
+                assert response.status_code in (401, 403, 404, 422), (method, path, response.text)
+    assert calls >= 9  # every admin route was tried
+    assert await _row_counts(hub) == before  # and nothing changed anywhere
