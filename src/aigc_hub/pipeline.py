@@ -15,6 +15,8 @@ import pydantic
 from aigc_hub.messaging.catalog import TopicSpec
 
 if TYPE_CHECKING:
+    from fastapi import APIRouter
+
     from aigc_hub.bootstrap import Hub
     from aigc_hub.core.envelope import Envelope
     from aigc_hub.reliability.scanners import Scanner
@@ -25,6 +27,21 @@ Handler = Callable[["Envelope", "HandlerContext"], Awaitable[list["Envelope"]]]
 
 #: Builds a pipeline's scanner once the hub (engine, outbox, clock…) exists.
 ScannerFactory = Callable[["Hub"], "Scanner"]
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    """One line of a subject's history (a task's transition, an event about it…)."""
+
+    at_ms: int
+    source: str
+    title: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+#: What a pipeline knows of one subject (a task id…), for the console's task explorer.
+#: Returns ``None`` when the id is not one of this pipeline's subjects.
+TimelineSource = Callable[["Hub", str], Awaitable["list[TimelineEntry] | None"]]
 
 M = TypeVar("M", bound=type[pydantic.BaseModel])
 H = TypeVar("H", bound=Handler)
@@ -61,6 +78,9 @@ class Pipeline:
     events: list[EventSpec] = field(default_factory=list)
     handlers: list[HandlerSpec] = field(default_factory=list)
     scanners: list[ScannerFactory] = field(default_factory=list)
+    #: FastAPI routers mounted under ``/v1`` by the HTTP app.
+    routers: list[APIRouter] = field(default_factory=list)
+    timelines: list[TimelineSource] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)
 
     def topic(self, spec: TopicSpec) -> TopicSpec:
@@ -81,6 +101,11 @@ class Pipeline:
         """Register a scanner factory; the hub builds it and runs it under a leader lease."""
         self.scanners.append(factory)
         return factory
+
+    def timeline(self, source: TimelineSource) -> TimelineSource:
+        """Register how this pipeline tells one subject's history (console task explorer)."""
+        self.timelines.append(source)
+        return source
 
     def handler(
         self,

@@ -289,7 +289,7 @@ async def test_pipeline_routers_are_mounted_under_v1(db_url: str) -> None:
     async def ping() -> dict[str, str]:
         return {"pong": "routed"}
 
-    pipeline.routers = [own]  # type: ignore[attr-defined]
+    pipeline.routers = [own]
     async with hub_for(db_url, MemoryBroker(), [pipeline]) as hub:
         client = client_for(create_app(hub))
         response = await client.get("/v1/routed/ping")

@@ -1,7 +1,7 @@
 """``create_app(hub)``: the FastAPI application around a hub the caller starts and closes.
 
 One router module per area (``health``, ``admin``); a pipeline adds its own routers
-through a ``routers`` attribute, mounted under ``/v1``. Errors are
+through ``Pipeline.routers``, mounted under ``/v1``. Errors are
 problem+json (:mod:`.problems`); bodies are bounded by :class:`.limits.BodyLimits`.
 """
 
@@ -41,7 +41,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(admin.router, prefix="/admin")
     for pipeline in hub.pipelines:
-        for router in getattr(pipeline, "routers", []):
+        for router in pipeline.routers:
             app.include_router(router, prefix=API_PREFIX)
     for router in routers or []:
         app.include_router(router, prefix=API_PREFIX)
