@@ -1,0 +1,1 @@
+"""The business pipelines built on the backbone: generation, avcc, documents, vistack."""

@@ -1,0 +1,1 @@
+"""AI video providers behind one contract (:mod:`.base`), one module per provider."""
