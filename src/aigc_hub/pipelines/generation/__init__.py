@@ -1,0 +1,1 @@
+"""The AI video generation pipeline (seed 004): tasks, scheduler, providers, ledger."""

@@ -1,0 +1,83 @@
+"""Task states and the transitions allowed between them (seed 004 §3.6–3.7).
+
+A transition not in :data:`TRANSITIONS` never happens; a terminal state has no way out, so an
+old event arriving after the end changes nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class TaskStatus(enum.StrEnum):
+    QUEUED = "QUEUED"
+    DISPATCHING = "DISPATCHING"
+    SUBMITTED = "SUBMITTED"
+    SUBMIT_UNKNOWN = "SUBMIT_UNKNOWN"
+    RUNNING = "RUNNING"
+    OUTPUT_FETCHING = "OUTPUT_FETCHING"
+    POST_PROCESSING = "POST_PROCESSING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCEL_REQUESTED = "CANCEL_REQUESTED"
+    CANCELED = "CANCELED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+S = TaskStatus
+
+TERMINAL = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELED})
+
+#: from -> the states it may move to.
+TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
+    S.QUEUED: frozenset({S.DISPATCHING, S.CANCELED, S.FAILED}),
+    # DISPATCHING -> QUEUED: the provider confirmed it never took the submit (retry allowed).
+    S.DISPATCHING: frozenset(
+        {S.SUBMITTED, S.RUNNING, S.SUBMIT_UNKNOWN, S.QUEUED, S.FAILED, S.CANCEL_REQUESTED}
+    ),
+    S.SUBMIT_UNKNOWN: frozenset(
+        {S.SUBMITTED, S.RUNNING, S.OUTPUT_FETCHING, S.QUEUED, S.FAILED, S.CANCEL_REQUESTED}
+    ),
+    S.SUBMITTED: frozenset({S.RUNNING, S.OUTPUT_FETCHING, S.FAILED, S.CANCEL_REQUESTED}),
+    S.RUNNING: frozenset({S.OUTPUT_FETCHING, S.FAILED, S.CANCEL_REQUESTED}),
+    S.OUTPUT_FETCHING: frozenset({S.POST_PROCESSING, S.FAILED}),
+    S.POST_PROCESSING: frozenset({S.SUCCEEDED, S.FAILED}),
+    # The provider's answer decides: it finished anyway (success wins) or it stopped.
+    S.CANCEL_REQUESTED: frozenset({S.CANCELED, S.OUTPUT_FETCHING, S.FAILED}),
+    S.SUCCEEDED: frozenset(),
+    S.FAILED: frozenset(),
+    S.CANCELED: frozenset(),
+}
+
+#: States a cancel request is accepted in (seed §3.7.2).
+CANCELABLE = frozenset({S.QUEUED, S.DISPATCHING, S.SUBMITTED, S.SUBMIT_UNKNOWN, S.RUNNING})
+
+#: States in which a provider job exists or may exist (slots are held, polling may run).
+ACTIVE_AT_PROVIDER = frozenset({S.DISPATCHING, S.SUBMITTED, S.SUBMIT_UNKNOWN, S.RUNNING})
+
+#: The user-facing stage of each state.
+STAGE: dict[TaskStatus, str] = {
+    S.QUEUED: "queued",
+    S.DISPATCHING: "dispatching",
+    S.SUBMITTED: "generating",
+    S.SUBMIT_UNKNOWN: "generating",
+    S.RUNNING: "generating",
+    S.OUTPUT_FETCHING: "fetching_output",
+    S.POST_PROCESSING: "post_processing",
+    S.SUCCEEDED: "done",
+    S.FAILED: "done",
+    S.CANCEL_REQUESTED: "canceling",
+    S.CANCELED: "done",
+}
+
+
+def sources_of(target: TaskStatus) -> frozenset[TaskStatus]:
+    """Every state from which ``target`` may be reached (the guarded update's ``allowed_from``)."""
+    return frozenset(s for s, nexts in TRANSITIONS.items() if target in nexts)
+
+
+def can_move(current: TaskStatus, target: TaskStatus) -> bool:
+    return target in TRANSITIONS[current]
