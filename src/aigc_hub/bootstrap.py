@@ -11,6 +11,7 @@ import importlib
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -155,6 +156,9 @@ class Hub:
             interval_s=lag_interval_s,
         )
         self.gate = AdmissionGate(self.lag)
+        #: Per-hub state of pipelines (their providers, settings…), keyed by pipeline name.
+        #: A value with an async ``close()`` is closed with the hub.
+        self.extensions: dict[str, Any] = {}
 
     @classmethod
     def from_settings(
@@ -293,7 +297,12 @@ class Hub:
                 await asyncio.wait_for(stop.wait(), self.lag.interval_s)
 
     async def close(self) -> None:
-        """Stop the committer, close the broker and the database engine."""
+        """Stop the committer, close pipeline state, the broker and the database engine."""
+        for extension in list(self.extensions.values()):
+            closer = getattr(extension, "close", None)
+            if closer is not None:
+                await closer()
+        self.extensions.clear()
         await self.committer.close()
         await self.broker.close()
         await self.cache.close()

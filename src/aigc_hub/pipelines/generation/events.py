@@ -1,0 +1,83 @@
+"""Event payloads of the generation pipeline; envelopes carry ids, never media or URLs."""
+
+from __future__ import annotations
+
+import pydantic
+
+from aigc_hub.pipeline import Pipeline
+
+DISPATCH = "generation.dispatch"
+OBSERVE = "provider.status.observe"
+POLL = "provider.poll"
+FETCH = "output.fetch"
+
+TASK_QUEUED = "generation.task.queued"
+ATTEMPT_DISPATCHED = "generation.attempt.dispatched"
+CANCEL_REQUESTED = "generation.cancel.requested"
+STATUS_OBSERVED = "generation.provider.status_observed"
+POLL_REQUESTED = "generation.poll.requested"
+FETCH_REQUESTED = "generation.output.fetch_requested"
+
+
+class TaskQueued(pydantic.BaseModel):
+    """A task waits for a slot: wakes the scheduler."""
+
+    task_id: str
+    priority: int
+
+
+class AttemptDispatched(pydantic.BaseModel):
+    """The scheduler gave a task a slot and a provider: submit it."""
+
+    task_id: str
+    attempt_id: str
+    provider: str
+    model: str
+    request_key: str
+
+
+class CancelRequested(pydantic.BaseModel):
+    """A tenant asked to stop a task that may be at a provider."""
+
+    task_id: str
+
+
+class StatusObserved(pydantic.BaseModel):
+    """What a callback, a poll or a submit answer told us about a provider job."""
+
+    task_id: str
+    attempt_id: str
+    provider: str
+    provider_job_id: str | None
+    normalized_status: str
+    progress: float | None = None
+    provider_error_code: str | None = None
+    retry_class: str = "none"
+    actual_cost: int | None = None
+    output_count: int = 0
+    observed_at_ms: int | None = None
+    source: str  # "callback" | "poll" | "submit" | "reconcile"
+
+
+class PollRequested(pydantic.BaseModel):
+    """Time to ask the provider about a job (no reliable callback, or silence)."""
+
+    task_id: str
+    attempt_id: str
+
+
+class FetchRequested(pydantic.BaseModel):
+    """The provider finished: download its output into our storage."""
+
+    task_id: str
+    attempt_id: str
+
+
+def register(pipeline: Pipeline) -> None:
+    """Register every payload on ``pipeline`` with its topic."""
+    pipeline.event(TASK_QUEUED, topic=DISPATCH)(TaskQueued)
+    pipeline.event(ATTEMPT_DISPATCHED, topic=DISPATCH)(AttemptDispatched)
+    pipeline.event(CANCEL_REQUESTED, topic=DISPATCH)(CancelRequested)
+    pipeline.event(STATUS_OBSERVED, topic=OBSERVE)(StatusObserved)
+    pipeline.event(POLL_REQUESTED, topic=POLL)(PollRequested)
+    pipeline.event(FETCH_REQUESTED, topic=FETCH)(FetchRequested)

@@ -1,0 +1,225 @@
+"""The scheduler: which QUEUED task gets the next free slot (seed 004 §3.6.3, §3.9.4).
+
+A pass reads the queue from the database (the queue *is* the QUEUED rows) and dispatches
+in fair order until slots run out:
+
+* across tenants, the tenant with the fewest tasks at providers goes next (weighted fair
+  share with weight 1), so a tenant that floods the queue cannot starve another;
+* within a tenant, the highest effective priority, where waiting raises priority by one
+  step every ``aging_per_priority_s`` (low priority is delayed, never starved);
+* a task whose level is full stays QUEUED; nothing busy-loops: passes run when a task is
+  queued or a slot frees (events on ``generation.dispatch``) and when the QUEUED scanner
+  finds the queue idle with work waiting.
+
+Dispatching a task is one transaction: QUEUED → DISPATCHING, a new attempt with its stable
+``provider_request_key``, and the ``AttemptDispatched`` event that makes the submitter call
+the provider (never inside the transaction).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from aigc_hub.core import ids
+from aigc_hub.core.envelope import Envelope
+from aigc_hub.core.errors import StaleTransition
+from aigc_hub.pipelines.generation import events, lifecycle
+from aigc_hub.pipelines.generation.adapters.base import CapabilityError
+from aigc_hub.pipelines.generation.models import generation_tasks, task_attempts
+from aigc_hub.pipelines.generation.requests import request_of
+from aigc_hub.pipelines.generation.slots import Refusal
+from aigc_hub.pipelines.generation.states import ACTIVE_AT_PROVIDER, TaskStatus
+from aigc_hub.pipelines.generation.wiring import Generation, generation_of
+from aigc_hub.store.engine import reader
+
+if TYPE_CHECKING:
+    from aigc_hub.bootstrap import Hub
+
+#: How many QUEUED rows one pass looks at (oldest first); the rest wait for the next pass.
+WINDOW = 2000
+
+
+@dataclass(frozen=True)
+class Queued:
+    id: str
+    tenant_id: str
+    priority: int
+    queued_at: int
+
+
+def fair_order(
+    queued: list[Queued], active: Mapping[str, int], now_ms: int, aging_ms: float
+) -> list[Queued]:
+    """``queued`` in dispatch order: fewest-active tenant first, then effective priority."""
+    per_tenant: dict[str, list[tuple[float, int, str, Queued]]] = {}
+    for q in queued:
+        effective = q.priority + (now_ms - q.queued_at) / aging_ms
+        per_tenant.setdefault(q.tenant_id, []).append((-effective, q.queued_at, q.id, q))
+    for items in per_tenant.values():
+        items.sort()
+    load = Counter({t: active.get(t, 0) for t in per_tenant})
+    # Min-heap of (tenant load, oldest waiting task's age rank, tenant).
+    heap = [(load[t], items[0][1], t) for t, items in per_tenant.items()]
+    heapq.heapify(heap)
+    cursor = {t: 0 for t in per_tenant}
+    out: list[Queued] = []
+    while heap:
+        _, _, tenant = heapq.heappop(heap)
+        items = per_tenant[tenant]
+        out.append(items[cursor[tenant]][3])
+        cursor[tenant] += 1
+        load[tenant] += 1
+        if cursor[tenant] < len(items):
+            heapq.heappush(heap, (load[tenant], items[cursor[tenant]][1], tenant))
+    return out
+
+
+async def schedule(hub: Hub) -> int:
+    """Run passes until nothing more can be dispatched; returns how many were dispatched.
+
+    Concurrent callers in one process coalesce: the running pass runs once more for them.
+    """
+    gen = generation_of(hub)
+    if gen.schedule_lock.locked():
+        gen.rerun = True
+        return 0
+    total = 0
+    async with gen.schedule_lock:
+        while True:
+            gen.rerun = False
+            total += await _pass(hub, gen)
+            if not gen.rerun:
+                return total
+
+
+async def _pass(hub: Hub, gen: Generation) -> int:
+    now = hub.clock.now_ms()
+    async with reader(hub.engine) as conn:
+        rows = (
+            await conn.execute(
+                sa.select(
+                    generation_tasks.c.id,
+                    generation_tasks.c.tenant_id,
+                    generation_tasks.c.priority,
+                    generation_tasks.c.queued_at,
+                )
+                .where(generation_tasks.c.status == TaskStatus.QUEUED.value)
+                .order_by(generation_tasks.c.queued_at)
+                .limit(WINDOW)
+            )
+        ).all()
+        if not rows:
+            return 0
+        active_rows = await conn.execute(
+            sa.select(generation_tasks.c.tenant_id, sa.func.count())
+            .where(generation_tasks.c.status.in_([s.value for s in ACTIVE_AT_PROVIDER]))
+            .group_by(generation_tasks.c.tenant_id)
+        )
+        active = {t: int(n) for t, n in active_rows}
+    order = fair_order(
+        [Queued(r.id, r.tenant_id, r.priority, r.queued_at) for r in rows],
+        active,
+        now,
+        gen.settings.aging_per_priority_s * 1000,
+    )
+    dispatched = 0
+    full_tenants: set[str] = set()
+    for q in order:
+        if q.tenant_id in full_tenants:
+            continue
+        outcome = await _dispatch(hub, gen, q.id)
+        if outcome == "platform":
+            break
+        if outcome == "tenant":
+            full_tenants.add(q.tenant_id)
+        elif outcome == "dispatched":
+            dispatched += 1
+    return dispatched
+
+
+async def _dispatch(hub: Hub, gen: Generation, task_id: str) -> str:
+    """Try to dispatch one task: "dispatched", "gone", "no_route" or the full level's name."""
+    async with reader(hub.engine) as conn:
+        task = await lifecycle.load(conn, task_id)
+    if task is None or task["status"] != TaskStatus.QUEUED.value:
+        return "gone"
+    try:
+        route = gen.providers.route(request_of(task))
+    except CapabilityError:
+        route = None
+    if route is None:
+        return "no_route"
+    attempt_id = ids.new_id_str()
+    taken = await gen.slots.acquire(attempt_id, task["tenant_id"], route.provider, route.model)
+    if isinstance(taken, Refusal):
+        return taken.level
+    attempt_no = int(task["attempt_count"]) + 1
+    request_key = f"{task['id']}-{attempt_no}"
+    now = hub.clock.now_ms()
+    dispatched = Envelope.new(
+        events.ATTEMPT_DISPATCHED,
+        events.AttemptDispatched(
+            task_id=task["id"],
+            attempt_id=attempt_id,
+            provider=route.provider,
+            model=route.model,
+            request_key=request_key,
+        ).model_dump(),
+        key=task["id"],
+        source="generation.scheduler",
+        tenant_id=task["tenant_id"],
+        correlation_id=task["id"],
+    )
+    try:
+        async with hub.transaction() as conn:
+            await conn.execute(
+                task_attempts.insert().values(
+                    id=attempt_id,
+                    task_id=task["id"],
+                    attempt_no=attempt_no,
+                    provider=route.provider,
+                    model=route.model,
+                    dispatch_token=attempt_id,
+                    provider_request_key=request_key,
+                    status=TaskStatus.DISPATCHING.value,
+                    slots=taken,
+                    created_at=now,
+                )
+            )
+            notes = await lifecycle.move(
+                conn,
+                task,
+                TaskStatus.DISPATCHING,
+                cause="scheduler.dispatch",
+                now_ms=now,
+                values={"current_attempt_id": attempt_id, "attempt_count": attempt_no},
+                detail={"provider": route.provider, "attempt_no": attempt_no},
+                deadline_ms=now + int(gen.settings.dispatching_deadline_s * 1000),
+            )
+            await hub.outbox.add(conn, [dispatched, *notes])
+    except (StaleTransition, sa.exc.IntegrityError):
+        await gen.slots.release(attempt_id, taken)  # another pass took it first
+        return "gone"
+    return "dispatched"
+
+
+async def active_attempts(hub: Hub) -> list[dict[str, Any]]:
+    """Attempts whose task is at a provider (or may be): the ones that hold slots."""
+    statuses = [s.value for s in ACTIVE_AT_PROVIDER | {TaskStatus.CANCEL_REQUESTED}]
+    async with reader(hub.engine) as conn:
+        rows = await conn.execute(
+            sa.select(
+                task_attempts.c.id,
+                task_attempts.c.slots,
+                generation_tasks.c.tenant_id,
+            )
+            .join(generation_tasks, generation_tasks.c.current_attempt_id == task_attempts.c.id)
+            .where(generation_tasks.c.status.in_(statuses))
+        )
+        return [dict(r._mapping) for r in rows]
