@@ -132,6 +132,7 @@ class Hub:
             in_process=in_process,
             delayed=delayed,
             failpoints=failpoints,
+            hub=self,
         )
         self.concurrency = concurrency
         self.middleware = tuple(middleware)

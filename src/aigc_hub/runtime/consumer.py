@@ -14,7 +14,7 @@ import contextlib
 import logging
 from collections import deque
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import pydantic
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -70,6 +70,8 @@ class RuntimeDeps:
     in_process: RetryPolicy = IN_PROCESS
     delayed: RetryPolicy = DELAYED
     failpoints: Failpoints = NONE
+    #: The composition root (a Hub), handed to handlers as ``ctx.hub`` for pipeline state.
+    hub: Any = None
 
 
 @dataclass
@@ -266,6 +268,7 @@ class ConsumerGroupRuntime:
             engine=self.deps.engine,
             clock=self.deps.clock,
             redelivery=item.redelivery,
+            hub=self.deps.hub,
         )
         if env is None:
             assert item.decode_error is not None

@@ -61,6 +61,9 @@ class HandlerContext:
     result_code: str = "ok"
     redelivery: Parked | None = None
     deferrals: int = 0
+    #: The hub running this consumer (pipelines find their per-hub state on it); None in
+    #: handler unit tests that build a context by hand.
+    hub: Any = None
 
     @property
     def fresh(self) -> bool:

@@ -1,0 +1,133 @@
+"""HTTP routes of generation tasks, mounted under ``/v1`` (seed 004 §3.6.2)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+
+from aigc_hub.interfaces.http import auth, limits
+from aigc_hub.interfaces.http.idempotency import Idempotency, IdempotentRoute
+from aigc_hub.interfaces.http.problems import Problem
+from aigc_hub.pipelines.generation import ledger, services
+from aigc_hub.pipelines.generation.states import TaskStatus
+
+router = APIRouter(prefix="/generation-tasks", tags=["generation"], route_class=IdempotentRoute)
+credits_router = APIRouter(prefix="/credits", tags=["generation"])
+
+_TASK_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "missing or unknown API key"},
+    404: {"description": "no such task (also for another tenant's task ids)"},
+}
+
+
+def _not_found() -> Problem:
+    return auth.not_found("task")
+
+
+@router.post(
+    "",
+    status_code=201,
+    summary="Create a generation task",
+    description="Validates, estimates the cost, reserves credits and queues the task in one "
+    "transaction; answers the task snapshot (status QUEUED). Requires Idempotency-Key.",
+    dependencies=[Depends(limits.admit("generation"))],
+    responses={
+        400: {"description": "Idempotency-Key missing or invalid"},
+        401: {"description": "missing or unknown API key"},
+        402: {"description": "not enough credits for the estimated cost"},
+        409: {"description": "the same Idempotency-Key is still in flight"},
+        422: {"description": "invalid or unsupported field (named in `errors`)"},
+        429: {"description": "rate limited or the pipeline is behind (Retry-After)"},
+    },
+)
+async def create_task(
+    body: services.CreateTask,
+    request: Request,
+    response: Response,
+    who: limits.LimitedTenant,
+    idem: Idempotency,
+) -> dict[str, Any]:
+    assert who.tenant_id is not None
+    try:
+        task = await services.create_task(
+            auth.hub_of(request),
+            tenant_id=who.tenant_id,
+            body=body,
+            idempotency_key=idem.key,
+            user_id=who.key_id,
+        )
+    except services.InvalidRequest as exc:
+        raise Problem(
+            422,
+            f"invalid fields: body.{exc.field}",
+            errors=[{"field": f"body.{exc.field}", "message": str(exc)}],
+        ) from None
+    except ledger.InsufficientCredits as exc:
+        raise Problem(
+            402,
+            str(exc),
+            slug="insufficient-credits",
+            required=exc.required,
+            available=exc.available,
+        ) from None
+    response.headers["Location"] = f"/v1/generation-tasks/{task['task_id']}"
+    return task
+
+
+@router.get("/{task_id}", summary="Read a task's snapshot", responses=_TASK_ERRORS)
+async def get_task(task_id: str, request: Request, who: limits.LimitedTenant) -> dict[str, Any]:
+    assert who.tenant_id is not None
+    try:
+        return await services.get_task(auth.hub_of(request), tenant_id=who.tenant_id, task_id=task_id)
+    except services.TaskNotFound:
+        raise _not_found() from None
+
+
+@router.get("", summary="List tasks, newest first", responses={401: _TASK_ERRORS[401]})
+async def list_tasks(
+    request: Request,
+    who: limits.LimitedTenant,
+    status: Annotated[TaskStatus | None, Query(description="only tasks in this status")] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+) -> dict[str, Any]:
+    assert who.tenant_id is not None
+    try:
+        items, next_cursor = await services.list_tasks(
+            auth.hub_of(request),
+            tenant_id=who.tenant_id,
+            status=status.value if status else None,
+            limit=limit,
+            cursor=cursor,
+        )
+    except services.TaskNotFound:
+        raise Problem(400, "unknown cursor", slug="invalid-cursor") from None
+    return {"items": items, "next_cursor": next_cursor}
+
+
+@router.post(
+    "/{task_id}/cancel",
+    status_code=202,
+    summary="Cancel a task",
+    description="A QUEUED task ends CANCELED at once; a task at a provider moves to "
+    "CANCEL_REQUESTED until the provider confirms (it may still succeed). Repeatable.",
+    responses={**_TASK_ERRORS, 409: {"description": "the task already finished"}},
+)
+async def cancel_task(task_id: str, request: Request, who: limits.LimitedTenant) -> dict[str, Any]:
+    assert who.tenant_id is not None
+    try:
+        return await services.cancel_task(
+            auth.hub_of(request), tenant_id=who.tenant_id, task_id=task_id
+        )
+    except services.TaskNotFound:
+        raise _not_found() from None
+    except services.CannotCancel as exc:
+        raise Problem(409, str(exc), slug="task-finished", status_now=exc.status) from None
+
+
+@credits_router.get("", summary="The tenant's credits", responses={401: _TASK_ERRORS[401]})
+async def get_credits(request: Request, who: limits.LimitedTenant) -> dict[str, int]:
+    assert who.tenant_id is not None
+    found = await services.credit_balance(auth.hub_of(request), who.tenant_id)
+    return {"available": found.available, "reserved": found.reserved}

@@ -1,0 +1,323 @@
+"""Commands and queries of generation tasks, each one unit of work (HTTP and CLI share them).
+
+``create_task`` is the seed's §3.6.2 in one transaction: task row, RESERVE ledger row,
+``TaskQueued`` in the outbox. Tenant, status and cost never come from the request body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+import pydantic
+import sqlalchemy as sa
+
+from aigc_hub.core import ids
+from aigc_hub.core.envelope import Envelope
+from aigc_hub.core.errors import StaleTransition
+from aigc_hub.pipelines.generation import events, ledger, lifecycle
+from aigc_hub.pipelines.generation.models import (
+    generation_tasks,
+    task_attempts,
+    task_events,
+)
+from aigc_hub.pipelines.generation.requests import request_of
+from aigc_hub.pipelines.generation.states import CANCELABLE, STAGE, TaskStatus
+from aigc_hub.pipelines.generation.wiring import generation_of
+from aigc_hub.store.engine import reader
+
+if TYPE_CHECKING:
+    from aigc_hub.bootstrap import Hub
+
+Mode = Literal["text_to_video", "image_to_video"]
+
+
+class CreateTask(pydantic.BaseModel):
+    """What a tenant may ask for; everything else (tenant, status, cost) is the server's."""
+
+    model_config = pydantic.ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "mode": "text_to_video",
+                    "model": "local-v1",
+                    "prompt": "a paper boat on a rainy street, 一只纸船",
+                    "duration_s": 2,
+                    "resolution": "320x180",
+                    "priority": 50,
+                }
+            ]
+        },
+    )
+
+    mode: Mode = "text_to_video"
+    model: str = pydantic.Field(min_length=1, max_length=100)
+    prompt: str = pydantic.Field(min_length=1, max_length=2000)
+    duration_s: int = pydantic.Field(ge=1, le=60)
+    resolution: str = pydantic.Field(pattern=r"^[1-9][0-9]{1,4}x[1-9][0-9]{1,4}$")
+    reference_asset_ids: list[str] = pydantic.Field(default_factory=list, max_length=4)
+    priority: int = pydantic.Field(50, ge=0, le=100)
+    project_id: str | None = pydantic.Field(None, max_length=36)
+
+
+class TaskNotFound(LookupError):
+    """No task with this id for this tenant (another tenant's ids look the same)."""
+
+
+class CannotCancel(Exception):
+    """The task already finished."""
+
+    def __init__(self, status: str) -> None:
+        self.status = status
+        super().__init__(f"the task is {status}; it can no longer be canceled")
+
+
+class InvalidRequest(ValueError):
+    """A field names something unavailable (unsupported model, missing asset…)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(message)
+
+
+def _normalized(body: CreateTask) -> dict[str, Any]:
+    width, height = (int(v) for v in body.resolution.split("x"))
+    return {
+        "prompt": body.prompt,
+        "duration_s": body.duration_s,
+        "width": width,
+        "height": height,
+        "resolution": body.resolution,
+        "reference_asset_ids": list(body.reference_asset_ids),
+    }
+
+
+async def create_task(
+    hub: Hub,
+    *,
+    tenant_id: str,
+    body: CreateTask,
+    idempotency_key: str,
+    user_id: str | None = None,
+) -> dict[str, Any]:
+    """Validate, estimate, reserve and queue; returns the task snapshot.
+
+    Raises InvalidRequest (422), ledger.InsufficientCredits (402). The same
+    ``(tenant, idempotency_key)`` returns the existing task instead of a second one.
+    """
+    gen = generation_of(hub)
+    if body.reference_asset_ids:
+        # Uploads come with the media plane; until then no asset id can be valid.
+        raise InvalidRequest("reference_asset_ids", "unknown asset id")
+    params = _normalized(body)
+    task_id = ids.new_id_str()
+    now = hub.clock.now_ms()
+    row: dict[str, Any] = {
+        "id": task_id,
+        "tenant_id": tenant_id,
+        "user_id": user_id,
+        "project_id": body.project_id,
+        "idempotency_key": idempotency_key,
+        "mode": body.mode,
+        "requested_model": body.model,
+        "normalized_params": params,
+        "status": TaskStatus.QUEUED.value,
+        "status_version": 0,
+        "priority": body.priority,
+        "attempt_count": 0,
+        "created_at": now,
+        "updated_at": now,
+        "queued_at": now,
+        "deadline_at": now + int(gen.settings.queued_deadline_s * 1000),
+    }
+    from aigc_hub.pipelines.generation.adapters.base import CapabilityError
+
+    try:
+        routes = gen.providers.candidates(request_of(row))
+    except CapabilityError as exc:
+        raise InvalidRequest(exc.field, str(exc)) from None
+    cost = routes[0].estimated_cost
+    row |= {"estimated_cost": cost, "reserved_amount": cost}
+    queued = Envelope.new(
+        events.TASK_QUEUED,
+        events.TaskQueued(task_id=task_id, priority=body.priority).model_dump(),
+        key=task_id,
+        source="generation.api",
+        tenant_id=tenant_id,
+        correlation_id=task_id,
+    )
+    try:
+        async with hub.transaction() as conn:
+            await conn.execute(generation_tasks.insert().values(**row))
+            await ledger.reserve(
+                conn, tenant_id=tenant_id, task_id=task_id, amount=cost, now_ms=now, user_id=user_id
+            )
+            await conn.execute(
+                task_events.insert().values(
+                    task_id=task_id,
+                    tenant_id=tenant_id,
+                    from_status=None,
+                    to_status=TaskStatus.QUEUED.value,
+                    status_version=0,
+                    cause="api.create",
+                    cause_id=queued.event_id,
+                    detail={"estimated_cost": cost, "model": body.model},
+                    at=now,
+                )
+            )
+            note = lifecycle.status_notification(row, TaskStatus.QUEUED, 0, now)
+            await hub.outbox.add(conn, [queued, note])
+    except sa.exc.IntegrityError:
+        existing = await _by_idempotency_key(hub, tenant_id, idempotency_key)
+        if existing is None:
+            raise
+        return existing
+    return await get_task(hub, tenant_id=tenant_id, task_id=task_id)
+
+
+async def _by_idempotency_key(hub: Hub, tenant_id: str, key: str) -> dict[str, Any] | None:
+    async with reader(hub.engine) as conn:
+        found = (
+            await conn.execute(
+                sa.select(generation_tasks.c.id).where(
+                    generation_tasks.c.tenant_id == tenant_id,
+                    generation_tasks.c.idempotency_key == key,
+                )
+            )
+        ).scalar_one_or_none()
+    return None if found is None else await get_task(hub, tenant_id=tenant_id, task_id=found)
+
+
+def snapshot(task: Mapping[str, Any], attempts: int) -> dict[str, Any]:
+    """The public view of a task: no provider raw error, no temporary URL."""
+    status = TaskStatus(task["status"])
+    params = task["normalized_params"]
+    return {
+        "task_id": task["id"],
+        "status": status.value,
+        "status_version": int(task["status_version"]),
+        "stage": STAGE[status],
+        "progress": 1.0 if status is TaskStatus.SUCCEEDED else task["progress"],
+        "mode": task["mode"],
+        "model": task["requested_model"],
+        "prompt": params["prompt"],
+        "duration_s": params["duration_s"],
+        "resolution": params["resolution"],
+        "priority": task["priority"],
+        "attempts": attempts,
+        "estimated_cost": task["estimated_cost"],
+        "actual_cost": task["actual_cost"],
+        "result_asset_ids": [task["result_asset_id"]] if task["result_asset_id"] else [],
+        "failure_class": task["failure_class"],
+        "failure_code": task["failure_code"],
+        "created_at_ms": task["created_at"],
+        "updated_at_ms": task["updated_at"],
+        "terminal_at_ms": task["terminal_at"],
+    }
+
+
+async def get_task(hub: Hub, *, tenant_id: str, task_id: str) -> dict[str, Any]:
+    """The task's snapshot; TaskNotFound for unknown ids and other tenants' ids alike."""
+    async with reader(hub.engine) as conn:
+        task = await lifecycle.load(conn, task_id)
+        if task is None or task["tenant_id"] != tenant_id:
+            raise TaskNotFound(task_id)
+        attempts = (
+            await conn.execute(
+                sa.select(sa.func.count()).where(task_attempts.c.task_id == task_id)
+            )
+        ).scalar_one()
+    return snapshot(task, int(attempts))
+
+
+async def list_tasks(
+    hub: Hub,
+    *,
+    tenant_id: str,
+    status: str | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Newest first; ``cursor`` is the last task id of the previous page."""
+    query = sa.select(generation_tasks).where(generation_tasks.c.tenant_id == tenant_id)
+    if status:
+        query = query.where(generation_tasks.c.status == status)
+    async with reader(hub.engine) as conn:
+        if cursor:
+            after = await lifecycle.load(conn, cursor)
+            if after is None or after["tenant_id"] != tenant_id:
+                raise TaskNotFound(cursor)
+            query = query.where(
+                sa.tuple_(generation_tasks.c.created_at, generation_tasks.c.id)
+                < sa.tuple_(sa.literal(after["created_at"]), sa.literal(after["id"]))
+            )
+        rows = (
+            await conn.execute(
+                query.order_by(
+                    generation_tasks.c.created_at.desc(), generation_tasks.c.id.desc()
+                ).limit(limit + 1)
+            )
+        ).all()
+    page = [snapshot(dict(r._mapping), int(r.attempt_count)) for r in rows[:limit]]
+    return page, (page[-1]["task_id"] if len(rows) > limit else None)
+
+
+async def cancel_task(hub: Hub, *, tenant_id: str, task_id: str) -> dict[str, Any]:
+    """Cancel: a QUEUED task ends CANCELED (hold released); one at a provider becomes
+    CANCEL_REQUESTED and the provider is asked to stop. Repeating it is harmless."""
+    gen = generation_of(hub)
+    for _ in range(5):  # re-read and decide again when another writer moved the task
+        async with reader(hub.engine) as conn:
+            task = await lifecycle.load(conn, task_id)
+        if task is None or task["tenant_id"] != tenant_id:
+            raise TaskNotFound(task_id)
+        status = TaskStatus(task["status"])
+        if status is TaskStatus.CANCEL_REQUESTED or status is TaskStatus.CANCELED:
+            return await get_task(hub, tenant_id=tenant_id, task_id=task_id)
+        if status not in CANCELABLE:
+            raise CannotCancel(status.value)
+        now = hub.clock.now_ms()
+        try:
+            async with hub.transaction() as conn:
+                if status is TaskStatus.QUEUED:
+                    notes = await lifecycle.move(
+                        conn, task, TaskStatus.CANCELED, cause="api.cancel", now_ms=now
+                    )
+                    await hub.outbox.add(conn, notes)
+                else:
+                    notes = await lifecycle.move(
+                        conn,
+                        task,
+                        TaskStatus.CANCEL_REQUESTED,
+                        cause="api.cancel",
+                        now_ms=now,
+                        deadline_ms=now + int(gen.settings.cancel_deadline_s * 1000),
+                    )
+                    ask = Envelope.new(
+                        events.CANCEL_REQUESTED,
+                        events.CancelRequested(task_id=task_id).model_dump(),
+                        key=task_id,
+                        source="generation.api",
+                        tenant_id=tenant_id,
+                        correlation_id=task_id,
+                    )
+                    await hub.outbox.add(conn, [ask, *notes])
+        except StaleTransition:
+            continue
+        return await get_task(hub, tenant_id=tenant_id, task_id=task_id)
+    raise StaleTransition(f"task {task_id} kept changing; try again")
+
+
+async def grant_credits(hub: Hub, *, tenant_id: str, amount: int, grant_id: str) -> ledger.Balance:
+    """Top up a tenant; the same ``grant_id`` twice grants once."""
+    async with hub.transaction() as conn:
+        await ledger.grant(
+            conn, tenant_id=tenant_id, amount=amount, grant_id=grant_id, now_ms=hub.clock.now_ms()
+        )
+        return await ledger.balance(conn, tenant_id)
+
+
+async def credit_balance(hub: Hub, tenant_id: str) -> ledger.Balance:
+    async with reader(hub.engine) as conn:
+        return await ledger.balance(conn, tenant_id)
