@@ -17,6 +17,7 @@ CANCEL_REQUESTED = "generation.cancel.requested"
 STATUS_OBSERVED = "generation.provider.status_observed"
 POLL_REQUESTED = "generation.poll.requested"
 FETCH_REQUESTED = "generation.output.fetch_requested"
+SLOT_FREED = "generation.slot.freed"
 
 
 class TaskQueued(pydantic.BaseModel):
@@ -34,6 +35,12 @@ class AttemptDispatched(pydantic.BaseModel):
     provider: str
     model: str
     request_key: str
+
+
+class SlotFreed(pydantic.BaseModel):
+    """A provider job of this tenant ended: the scheduler may dispatch another task."""
+
+    tenant_id: str
 
 
 class CancelRequested(pydantic.BaseModel):
@@ -78,6 +85,7 @@ def register(pipeline: Pipeline) -> None:
     pipeline.event(TASK_QUEUED, topic=DISPATCH)(TaskQueued)
     pipeline.event(ATTEMPT_DISPATCHED, topic=DISPATCH)(AttemptDispatched)
     pipeline.event(CANCEL_REQUESTED, topic=DISPATCH)(CancelRequested)
+    pipeline.event(SLOT_FREED, topic=DISPATCH)(SlotFreed)
     pipeline.event(STATUS_OBSERVED, topic=OBSERVE)(StatusObserved)
     pipeline.event(POLL_REQUESTED, topic=POLL)(PollRequested)
     pipeline.event(FETCH_REQUESTED, topic=FETCH)(FetchRequested)

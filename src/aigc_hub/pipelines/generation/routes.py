@@ -79,7 +79,9 @@ async def create_task(
 async def get_task(task_id: str, request: Request, who: limits.LimitedTenant) -> dict[str, Any]:
     assert who.tenant_id is not None
     try:
-        return await services.get_task(auth.hub_of(request), tenant_id=who.tenant_id, task_id=task_id)
+        return await services.get_task(
+            auth.hub_of(request), tenant_id=who.tenant_id, task_id=task_id
+        )
     except services.TaskNotFound:
         raise _not_found() from None
 

@@ -224,9 +224,7 @@ async def get_task(hub: Hub, *, tenant_id: str, task_id: str) -> dict[str, Any]:
         if task is None or task["tenant_id"] != tenant_id:
             raise TaskNotFound(task_id)
         attempts = (
-            await conn.execute(
-                sa.select(sa.func.count()).where(task_attempts.c.task_id == task_id)
-            )
+            await conn.execute(sa.select(sa.func.count()).where(task_attempts.c.task_id == task_id))
         ).scalar_one()
     return snapshot(task, int(attempts))
 

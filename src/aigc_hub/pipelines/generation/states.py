@@ -36,7 +36,15 @@ TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
     S.QUEUED: frozenset({S.DISPATCHING, S.CANCELED, S.FAILED}),
     # DISPATCHING -> QUEUED: the provider confirmed it never took the submit (retry allowed).
     S.DISPATCHING: frozenset(
-        {S.SUBMITTED, S.RUNNING, S.SUBMIT_UNKNOWN, S.QUEUED, S.FAILED, S.CANCEL_REQUESTED}
+        {
+            S.SUBMITTED,
+            S.RUNNING,
+            S.OUTPUT_FETCHING,
+            S.SUBMIT_UNKNOWN,
+            S.QUEUED,
+            S.FAILED,
+            S.CANCEL_REQUESTED,
+        }
     ),
     S.SUBMIT_UNKNOWN: frozenset(
         {S.SUBMITTED, S.RUNNING, S.OUTPUT_FETCHING, S.QUEUED, S.FAILED, S.CANCEL_REQUESTED}
