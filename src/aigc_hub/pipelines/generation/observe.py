@@ -124,7 +124,7 @@ async def apply(
         return [*notes, fetch, _wake(cause, task["tenant_id"])]
     if seen in (N.FAILED, N.CANCELED):
         await _attempt_status(conn, obs.attempt_id, seen.value)
-        if status is S.CANCEL_REQUESTED or (seen is N.CANCELED and status is S.CANCEL_REQUESTED):
+        if status in (S.CANCEL_REQUESTED,):  # the tenant asked, the provider stopped
             target, values = S.CANCELED, {}
         elif seen is N.CANCELED:
             target, values = S.FAILED, {"failure_class": "provider", "failure_code": "canceled"}

@@ -1,0 +1,164 @@
+"""Output fetch: download a finished job's result into our storage (seed 004 §3.6.5).
+
+The URL is asked for again right before downloading (the one in a webhook may have expired;
+it is never stored). The object key is deterministic per attempt, so a repeated fetch
+overwrites the same object instead of making a second one. Until the media plane lands, a
+probed, valid MP4 goes POST_PROCESSING → SUCCEEDED in the same transaction.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from aigc_hub.core import ids
+from aigc_hub.core.envelope import Envelope
+from aigc_hub.core.errors import Retry
+from aigc_hub.pipelines.generation import events, lifecycle
+from aigc_hub.pipelines.generation.adapters.base import NormalizedStatus, ProviderError
+from aigc_hub.pipelines.generation.models import assets, provider_jobs
+from aigc_hub.pipelines.generation.probe import InvalidMedia, probe_video
+from aigc_hub.pipelines.generation.states import TaskStatus
+from aigc_hub.pipelines.generation.wiring import Generation
+from aigc_hub.reliability.outbox import Routed
+from aigc_hub.runtime.context import HandlerContext
+from aigc_hub.store.dialects import dialect_of
+from aigc_hub.store.engine import reader
+
+if TYPE_CHECKING:
+    from aigc_hub.bootstrap import Hub
+
+BUCKET = "hub"
+
+
+def object_key(tenant_id: str, task_id: str, attempt_id: str) -> str:
+    return f"tenants/{tenant_id}/generation/{task_id}/{attempt_id}/output.mp4"
+
+
+async def fetch_output(
+    hub: Hub, gen: Generation, env: Envelope, ctx: HandlerContext
+) -> list[Envelope]:
+    f = ctx.payload_as(events.FetchRequested)
+    async with reader(hub.engine) as conn:
+        task = await lifecycle.load(conn, f.task_id)
+        job = (
+            await conn.execute(
+                sa.select(provider_jobs).where(provider_jobs.c.attempt_id == f.attempt_id)
+            )
+        ).first()
+    if (
+        task is None
+        or job is None
+        or task["status"] != TaskStatus.OUTPUT_FETCHING.value
+        or task["current_attempt_id"] != f.attempt_id
+    ):
+        return []
+    if hub.blobs is None:
+        raise RuntimeError("the hub has no blob store: outputs cannot be kept")
+    adapter = gen.providers.get(job.provider)
+    try:
+        fresh = await adapter.query(
+            provider_job_id=job.provider_job_id, request_key=job.provider_request_key or ""
+        )
+        if fresh.normalized_status is not NormalizedStatus.SUCCEEDED or not fresh.output_assets:
+            raise ProviderError("no output to fetch yet", retry_class=fresh.retry_class)
+        with tempfile.TemporaryDirectory(prefix="aigc-fetch-") as tmp:
+            fetched = await adapter.fetch_output(
+                fresh.output_assets[0],
+                Path(tmp) / "output.mp4",
+                max_bytes=gen.settings.max_output_bytes,
+            )
+            try:
+                info = await probe_video(fetched.path)
+            except InvalidMedia as exc:
+                return await _invalid(hub, env, task, str(exc))
+            key = object_key(task["tenant_id"], task["id"], f.attempt_id)
+            stored = await hub.blobs.put(key, fetched.path.read_bytes(), "video/mp4")
+    except ProviderError as exc:
+        # Expired URL, 5xx, not ready: fetch again later (the fetch scanner is the backstop).
+        raise Retry(exc.retry_after_s or 5.0) from exc
+    asset_id = ids.new_id_str()
+    now = hub.clock.now_ms()
+
+    async def record(conn: AsyncConnection) -> list[Envelope | Routed] | None:
+        current = await lifecycle.load(conn, f.task_id)
+        if current is None or current["status"] != TaskStatus.OUTPUT_FETCHING.value:
+            return []
+        await conn.execute(
+            dialect_of(conn)
+            .insert(assets)
+            .values(
+                id=asset_id,
+                tenant_id=current["tenant_id"],
+                project_id=current["project_id"],
+                kind="generated_video",
+                task_id=current["id"],
+                object_bucket=BUCKET,
+                object_key=key,
+                content_type="video/mp4",
+                size_bytes=stored.size,
+                checksum_algo="sha256",
+                checksum_value=stored.sha256,
+                status="READY",
+                width=info.width,
+                height=info.height,
+                duration_ms=info.duration_ms,
+                frame_rate_num=info.frame_rate_num,
+                frame_rate_den=info.frame_rate_den,
+                codec=info.codec,
+                variant_profile="source",
+                created_at=now,
+            )
+            .on_conflict_do_nothing()
+        )
+        found = (
+            await conn.execute(
+                sa.select(assets.c.id).where(
+                    assets.c.object_bucket == BUCKET, assets.c.object_key == key
+                )
+            )
+        ).scalar_one()
+        notes = await lifecycle.move(
+            conn,
+            current,
+            TaskStatus.POST_PROCESSING,
+            cause="output.fetched",
+            cause_env=env,
+            now_ms=now,
+            values={"result_asset_id": found},
+            detail={"asset_id": found, "size_bytes": stored.size, "codec": info.codec},
+        )
+        moved = await lifecycle.load(conn, f.task_id)
+        assert moved is not None
+        notes += await lifecycle.move(
+            conn, moved, TaskStatus.SUCCEEDED, cause="output.ready", cause_env=env, now_ms=now
+        )
+        return [*notes]
+
+    ctx.write(record)
+    return []
+
+
+async def _invalid(hub: Hub, env: Envelope, task: dict[str, object], reason: str) -> list[Envelope]:
+    now = hub.clock.now_ms()
+    async with hub.transaction() as conn:
+        current = await lifecycle.load(conn, str(task["id"]))
+        if current is None or current["status"] != TaskStatus.OUTPUT_FETCHING.value:
+            return []
+        notes = await lifecycle.move(
+            conn,
+            current,
+            TaskStatus.FAILED,
+            cause="output.invalid",
+            cause_env=env,
+            now_ms=now,
+            values={"failure_class": "invalid_output", "failure_code": "unreadable_video"},
+            detail={"reason": reason[:300]},
+        )
+        await hub.outbox.add(conn, notes)
+    return []

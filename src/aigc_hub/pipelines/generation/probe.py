@@ -1,0 +1,64 @@
+"""ffprobe a media file (an argument list, never a shell): is it the video it claims to be?"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class InvalidMedia(ValueError):
+    """The file is not a readable video."""
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    codec: str
+    width: int
+    height: int
+    duration_ms: int
+    frame_rate_num: int
+    frame_rate_den: int
+    format_name: str
+
+
+async def probe_video(path: Path, *, timeout_s: float = 30.0) -> VideoInfo:
+    proc = await asyncio.create_subprocess_exec(
+        "ffprobe",
+        "-v",
+        "error",
+        "-print_format",
+        "json",
+        "-show_format",
+        "-show_streams",
+        "-select_streams",
+        "v:0",
+        str(path),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise InvalidMedia("ffprobe timed out") from None
+    if proc.returncode != 0:
+        raise InvalidMedia(err.decode(errors="replace").strip()[:300] or "ffprobe failed")
+    data = json.loads(out or b"{}")
+    streams = data.get("streams") or []
+    if not streams:
+        raise InvalidMedia("no video stream")
+    s = streams[0]
+    num, _, den = str(s.get("r_frame_rate", "0/1")).partition("/")
+    duration = float(s.get("duration") or data.get("format", {}).get("duration") or 0)
+    return VideoInfo(
+        codec=str(s.get("codec_name", "")),
+        width=int(s.get("width", 0)),
+        height=int(s.get("height", 0)),
+        duration_ms=int(duration * 1000),
+        frame_rate_num=int(num or 0),
+        frame_rate_den=int(den or 1),
+        format_name=str(data.get("format", {}).get("format_name", "")),
+    )

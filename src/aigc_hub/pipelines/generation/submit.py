@@ -1,0 +1,203 @@
+"""Submitting an attempt to its provider, and asking a provider to cancel (seed 004 §3.7.1).
+
+The submit is the one call that may not be blindly repeated. Before calling, the attempt is
+marked ``submit_started_at`` in its own short transaction; a delivery that finds the mark
+already set (a crash or timeout after the call may have reached the provider) *queries by
+the request key* instead of submitting, and only a confirmed NOT_FOUND allows a new submit.
+No provider call happens inside a database transaction.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+
+from aigc_hub.core.envelope import Envelope
+from aigc_hub.core.errors import Retry
+from aigc_hub.pipelines.generation import events, lifecycle
+from aigc_hub.pipelines.generation.adapters.base import (
+    NormalizedStatus,
+    ProviderError,
+    ProviderResult,
+    RetryClass,
+)
+from aigc_hub.pipelines.generation.models import task_attempts
+from aigc_hub.pipelines.generation.requests import request_of
+from aigc_hub.pipelines.generation.states import TaskStatus
+from aigc_hub.pipelines.generation.wiring import Generation
+from aigc_hub.runtime.context import HandlerContext
+from aigc_hub.store.engine import reader
+
+if TYPE_CHECKING:
+    from aigc_hub.bootstrap import Hub
+
+
+def observed(
+    cause: Envelope,
+    d: events.AttemptDispatched,
+    result: ProviderResult,
+    source: str,
+) -> Envelope:
+    """A provider answer as the one observation event the state handler applies."""
+    return cause.derive(
+        events.STATUS_OBSERVED,
+        events.StatusObserved(
+            task_id=d.task_id,
+            attempt_id=d.attempt_id,
+            provider=d.provider,
+            provider_job_id=result.provider_job_id,
+            normalized_status=result.normalized_status.value,
+            progress=result.progress,
+            provider_error_code=result.provider_error_code,
+            retry_class=result.retry_class.value,
+            actual_cost=result.actual_cost,
+            output_count=len(result.output_assets),
+            observed_at_ms=result.observed_at_ms,
+            source=source,
+        ).model_dump(),
+        key=d.task_id,
+        source="generation.submitter",
+    )
+
+
+async def submit_attempt(
+    hub: Hub, gen: Generation, env: Envelope, ctx: HandlerContext
+) -> list[Envelope]:
+    d = ctx.payload_as(events.AttemptDispatched)
+    async with reader(hub.engine) as conn:
+        task = await lifecycle.load(conn, d.task_id)
+        attempt = (
+            await conn.execute(sa.select(task_attempts).where(task_attempts.c.id == d.attempt_id))
+        ).first()
+    if task is None or attempt is None or task["current_attempt_id"] != d.attempt_id:
+        return []
+    if attempt.status != TaskStatus.DISPATCHING.value:
+        return []  # already answered (a redelivery)
+    adapter = gen.providers.get(d.provider)
+    breaker = gen.providers.breakers[d.provider]
+    now = hub.clock.now_ms()
+    async with hub.transaction() as conn:
+        first = (
+            await conn.execute(
+                sa.update(task_attempts)
+                .where(
+                    task_attempts.c.id == d.attempt_id, task_attempts.c.submit_started_at.is_(None)
+                )
+                .values(submit_started_at=now)
+                .returning(task_attempts.c.id)
+            )
+        ).scalar_one_or_none()
+    try:
+        if first is None:
+            # We may have called before: ask, never resend blindly.
+            result = await adapter.query(provider_job_id=None, request_key=d.request_key)
+            if result.normalized_status is not NormalizedStatus.NOT_FOUND:
+                return [observed(env, d, result, "reconcile")]
+        if TaskStatus(task["status"]) is TaskStatus.CANCEL_REQUESTED:
+            # Canceled before the provider ever had it: confirmed non-submission.
+            gone = ProviderResult(None, NormalizedStatus.NOT_FOUND)
+            return [observed(env, d, gone, "submit")]
+        callback = f"{gen.settings.callback_base_url.rstrip('/')}/v1/callbacks/{d.provider}"
+        prepared = await adapter.prepare_input(
+            request_of(task, request_key=d.request_key, callback_url=callback)
+        )
+        result = await adapter.submit(prepared)
+    except ProviderError as exc:
+        breaker.record(False)
+        return await _submit_failed(hub, env, d, exc)
+    except Exception as exc:
+        breaker.record(False)
+        return await _submit_failed(hub, env, d, adapter.classify_error(exc, during="submit"))
+    breaker.record(True)
+    await _finish_submit(hub, d, result.normalized_status)
+    return [observed(env, d, result, "submit")]
+
+
+async def _finish_submit(hub: Hub, d: events.AttemptDispatched, status: NormalizedStatus) -> None:
+    async with hub.transaction() as conn:
+        await conn.execute(
+            sa.update(task_attempts)
+            .where(task_attempts.c.id == d.attempt_id)
+            .values(submit_finished_at=hub.clock.now_ms())
+        )
+
+
+async def _submit_failed(
+    hub: Hub, env: Envelope, d: events.AttemptDispatched, exc: ProviderError
+) -> list[Envelope]:
+    if exc.retry_class is RetryClass.UNKNOWN_OUTCOME:
+        return await mark_unknown(hub, env, d)
+    if exc.retry_class in (RetryClass.RATE_LIMITED, RetryClass.RETRYABLE):
+        # Refused before acceptance (429/5xx): the next delivery queries by key, then resubmits.
+        raise Retry(exc.retry_after_s or 2.0)
+    failed = ProviderResult(
+        None,
+        NormalizedStatus.FAILED,
+        retry_class=exc.retry_class,
+        provider_error_code=exc.code or "rejected",
+    )
+    return [observed(env, d, failed, "submit")]
+
+
+async def mark_unknown(hub: Hub, env: Envelope, d: events.AttemptDispatched) -> list[Envelope]:
+    """The submit timed out: the job may exist. SUBMIT_UNKNOWN until a query tells."""
+    now = hub.clock.now_ms()
+    from aigc_hub.pipelines.generation.wiring import generation_of
+
+    gen = generation_of(hub)
+    async with hub.transaction() as conn:
+        task = await lifecycle.load(conn, d.task_id)
+        if task is None or task["status"] != TaskStatus.DISPATCHING.value:
+            return []
+        await conn.execute(
+            sa.update(task_attempts)
+            .where(task_attempts.c.id == d.attempt_id)
+            .values(status=TaskStatus.SUBMIT_UNKNOWN.value, unknown_since=now)
+        )
+        notes = await lifecycle.move(
+            conn,
+            task,
+            TaskStatus.SUBMIT_UNKNOWN,
+            cause="submit.timeout",
+            cause_env=env,
+            now_ms=now,
+            deadline_ms=now + int(gen.settings.unknown_recheck_s * 1000),
+        )
+        await hub.outbox.add(conn, notes)
+    return []
+
+
+async def cancel_at_provider(
+    hub: Hub, gen: Generation, env: Envelope, ctx: HandlerContext
+) -> list[Envelope]:
+    """Ask the provider to stop; its answer arrives as an observation like any other."""
+    c = ctx.payload_as(events.CancelRequested)
+    from aigc_hub.pipelines.generation.models import provider_jobs
+
+    async with reader(hub.engine) as conn:
+        task = await lifecycle.load(conn, c.task_id)
+        if task is None or task["status"] != TaskStatus.CANCEL_REQUESTED.value:
+            return []
+        job = (
+            await conn.execute(
+                sa.select(provider_jobs).where(
+                    provider_jobs.c.attempt_id == task["current_attempt_id"]
+                )
+            )
+        ).first()
+    if job is None:
+        return []  # not submitted yet: the submitter sees CANCEL_REQUESTED and stops there
+    adapter = gen.providers.get(job.provider)
+    try:
+        result = await adapter.cancel(job.provider_job_id)
+    except ProviderError as exc:
+        raise Retry(exc.retry_after_s or 5.0) from exc
+    d = events.AttemptDispatched(
+        task_id=c.task_id,
+        attempt_id=job.attempt_id,
+        provider=job.provider,
+        model="",
+        request_key=job.provider_request_key or "",
+    )
+    return [observed(env, d, result, "cancel")]
