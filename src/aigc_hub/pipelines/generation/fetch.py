@@ -144,7 +144,7 @@ async def fetch_output(
     return []
 
 
-async def _invalid(hub: Hub, env: Envelope, task: dict[str, object], reason: str) -> list[Envelope]:
+async def _invalid(hub: Hub, env: Envelope, task: Mapping[str, Any], reason: str) -> list[Envelope]:
     now = hub.clock.now_ms()
     async with hub.transaction() as conn:
         current = await lifecycle.load(conn, str(task["id"]))

@@ -1,0 +1,127 @@
+"""The callback gateway: ``POST /v1/callbacks/{provider}`` (seed 004 §3.6.4, §3.7).
+
+Verify (Standard Webhooks: id, timestamp within ±5 min, HMAC over ``id.timestamp.body``,
+rotatable secrets), deduplicate by webhook id, archive, answer 202 at once. Applying is
+asynchronous: the archived delivery becomes one ``StatusObserved`` in the same transaction
+(outbox), handled by the one state handler. Anything not genuine is a 401 with no change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from fastapi import APIRouter, Request
+
+from aigc_hub.core.envelope import Envelope
+from aigc_hub.interfaces.http import auth
+from aigc_hub.interfaces.http.problems import Problem
+from aigc_hub.pipelines.generation import events, webhooks
+from aigc_hub.pipelines.generation.models import callback_events, provider_jobs
+from aigc_hub.pipelines.generation.wiring import generation_of
+from aigc_hub.store.dialects import dialect_of
+
+router = APIRouter(prefix="/callbacks", tags=["callbacks"])
+
+#: Largest webhook body accepted (provider job JSON is small).
+MAX_BODY = 256 * 1024
+
+
+@router.post(
+    "/{provider}",
+    status_code=202,
+    summary="Receive a provider webhook",
+    description="Standard Webhooks signature required (webhook-id, webhook-timestamp, "
+    "webhook-signature). Duplicates are acknowledged and ignored.",
+    responses={
+        401: {"description": "missing, malformed, stale or forged signature"},
+        404: {"description": "unknown provider"},
+        413: {"description": "body too large"},
+    },
+)
+async def receive(provider: str, request: Request) -> dict[str, Any]:
+    hub = auth.hub_of(request)
+    gen = generation_of(hub)
+    secrets = gen.settings.local_secrets() if provider == "local" else []
+    if provider not in gen.providers.adapters:
+        raise auth.not_found("provider")
+    body = await request.body()
+    if len(body) > MAX_BODY:
+        raise Problem(413, "webhook body too large")
+    if not secrets:
+        raise Problem(401, "webhooks from this provider are not accepted", slug="bad-webhook")
+    try:
+        verified = webhooks.verify(secrets, request.headers, body, hub.clock.now_ms() / 1000)
+    except webhooks.WebhookVerificationError as exc:
+        raise Problem(401, f"webhook refused: {exc.reason}", slug="bad-webhook") from None
+    adapter = gen.providers.get(provider)
+    try:
+        result = adapter.parse_callback(body, request.headers)
+    except Exception:
+        raise Problem(
+            422, "the webhook body is not a job update", slug="bad-webhook-body"
+        ) from None
+    now = hub.clock.now_ms()
+    async with hub.transaction() as conn:
+        archived = (
+            await conn.execute(
+                dialect_of(conn)
+                .insert(callback_events)
+                .values(
+                    provider=provider,
+                    webhook_id=verified.id,
+                    provider_job_id=result.provider_job_id,
+                    body=body,
+                    received_at=now,
+                    status="received",
+                )
+                .on_conflict_do_nothing()
+                .returning(callback_events.c.id)
+            )
+        ).scalar_one_or_none()
+        if archived is None:
+            return {"status": "duplicate"}
+        job = (
+            await conn.execute(
+                sa.select(provider_jobs).where(
+                    provider_jobs.c.provider == provider,
+                    provider_jobs.c.provider_job_id == result.provider_job_id,
+                )
+            )
+        ).first()
+        if job is None:
+            # Before our submit answer was recorded: polling and reconciliation catch up.
+            await conn.execute(
+                sa.update(callback_events)
+                .where(callback_events.c.id == archived)
+                .values(status="unmatched")
+            )
+            return {"status": "unmatched"}
+        observed = Envelope.new(
+            events.STATUS_OBSERVED,
+            events.StatusObserved(
+                task_id=job.task_id,
+                attempt_id=job.attempt_id,
+                provider=provider,
+                provider_job_id=result.provider_job_id,
+                normalized_status=result.normalized_status.value,
+                progress=result.progress,
+                provider_error_code=result.provider_error_code,
+                retry_class=result.retry_class.value,
+                actual_cost=result.actual_cost,
+                output_count=len(result.output_assets),
+                observed_at_ms=result.observed_at_ms,
+                source="callback",
+            ).model_dump(),
+            key=job.task_id,
+            source="generation.callbacks",
+            tenant_id=job.tenant_id,
+            correlation_id=job.task_id,
+        )
+        await hub.outbox.add(conn, [observed])
+        await conn.execute(
+            sa.update(callback_events)
+            .where(callback_events.c.id == archived)
+            .values(status="applied")
+        )
+    return {"status": "accepted"}
