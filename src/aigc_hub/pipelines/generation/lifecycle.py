@@ -25,7 +25,7 @@ from aigc_hub.store.transitions import transition
 SUBJECT = "generation_task"
 
 
-async def load(conn: AsyncConnection, task_id: str) -> Mapping[str, Any] | None:
+async def load(conn: AsyncConnection, task_id: str) -> dict[str, Any] | None:
     """The task row, or None."""
     row = (
         await conn.execute(sa.select(generation_tasks).where(generation_tasks.c.id == task_id))

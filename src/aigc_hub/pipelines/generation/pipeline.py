@@ -1,0 +1,100 @@
+"""``Pipeline("generation")``: topics, events, consumer groups, routes, scanners, timeline.
+
+Load it with ``AIGC_HUB_PIPELINES=aigc_hub.pipelines.generation.pipeline:pipeline`` (``aigc-hub
+up`` loads it by default). Consumer groups, each its own concurrency pool (seed 004 §3.2.9):
+
+* ``generation-scheduler`` — wake-ups on ``generation.dispatch`` → a scheduling pass;
+* ``generation-submitter`` — submit and cancel calls to providers;
+* ``generation-observer`` — the one state handler for ``provider.status.observe``;
+* ``generation-poller`` — provider status queries on ``provider.poll``;
+* ``generation-fetcher`` — output downloads on ``output.fetch``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from aigc_hub.core.envelope import Envelope
+from aigc_hub.pipeline import Pipeline, TimelineEntry
+from aigc_hub.pipelines.generation import callbacks, events, fetch, observe, poll, routes, submit
+from aigc_hub.pipelines.generation.models import task_events
+from aigc_hub.pipelines.generation.scanners import factories
+from aigc_hub.pipelines.generation.scheduler import schedule
+from aigc_hub.pipelines.generation.wiring import generation_of
+from aigc_hub.runtime.context import HandlerContext
+from aigc_hub.store.engine import reader
+
+if TYPE_CHECKING:
+    from aigc_hub.bootstrap import Hub
+
+pipeline = Pipeline("generation")
+events.register(pipeline)
+pipeline.routers += [routes.router, routes.credits_router, callbacks.router]
+for factory in factories():
+    pipeline.scanner(factory)
+
+
+@pipeline.handler("generation-scheduler", [events.DISPATCH], concurrency=2)
+async def on_wake(env: Envelope, ctx: HandlerContext) -> list[Envelope]:
+    if env.event_type in (events.TASK_QUEUED, events.SLOT_FREED):
+        await schedule(ctx.hub)
+    return []
+
+
+@pipeline.handler("generation-submitter", [events.DISPATCH], concurrency=8, timeout=120)
+async def on_dispatch(env: Envelope, ctx: HandlerContext) -> list[Envelope]:
+    gen = generation_of(ctx.hub)
+    if env.event_type == events.ATTEMPT_DISPATCHED:
+        return await submit.submit_attempt(ctx.hub, gen, env, ctx)
+    if env.event_type == events.CANCEL_REQUESTED:
+        return await submit.cancel_at_provider(ctx.hub, gen, env, ctx)
+    return []
+
+
+@pipeline.handler("generation-observer", [events.OBSERVE], concurrency=8)
+async def on_observed(env: Envelope, ctx: HandlerContext) -> list[Envelope]:
+    obs = ctx.payload_as(events.StatusObserved)
+    gen = generation_of(ctx.hub)
+    now = ctx.clock.now_ms()
+
+    async def apply(conn: Any) -> list[Any]:
+        return list(await observe.apply(conn, gen, obs, env, now))
+
+    ctx.write(apply)
+    return []
+
+
+@pipeline.handler("generation-poller", [events.POLL], concurrency=8, timeout=60)
+async def on_poll(env: Envelope, ctx: HandlerContext) -> list[Envelope]:
+    return await poll.poll_job(ctx.hub, generation_of(ctx.hub), env, ctx)
+
+
+@pipeline.handler("generation-fetcher", [events.FETCH], concurrency=2, timeout=600)
+async def on_fetch(env: Envelope, ctx: HandlerContext) -> list[Envelope]:
+    return await fetch.fetch_output(ctx.hub, generation_of(ctx.hub), env, ctx)
+
+
+@pipeline.timeline
+async def task_timeline(hub: Hub, subject_id: str) -> list[TimelineEntry] | None:
+    """A task's transitions, oldest first (the console's task explorer)."""
+    async with reader(hub.engine) as conn:
+        rows = (
+            await conn.execute(
+                sa.select(task_events)
+                .where(task_events.c.task_id == subject_id)
+                .order_by(task_events.c.id)
+            )
+        ).all()
+    if not rows:
+        return None
+    return [
+        TimelineEntry(
+            at_ms=int(r.at),
+            source="transition",
+            title=f"{r.from_status or '∅'} → {r.to_status}",
+            detail={"cause": r.cause, "version": r.status_version, **(r.detail or {})},
+        )
+        for r in rows
+    ]
