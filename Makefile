@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: up test check bench install dev clean
+.PHONY: up test check bench screenshots install dev clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -32,8 +32,8 @@ test: $(STAMP)
 
 ## Lint and type-check the package.
 check: $(STAMP)
-	$(VENV)/bin/ruff check src tests bench examples
-	$(VENV)/bin/ruff format --check src tests bench examples
+	$(VENV)/bin/ruff check src tests bench examples scripts
+	$(VENV)/bin/ruff format --check src tests bench examples scripts
 	$(VENV)/bin/mypy
 
 ## Print the benchmark figures (see docs/benchmarks.md).
@@ -41,6 +41,10 @@ bench: $(STAMP)
 	$(PIP) install -q -e '.[dev,bench]'
 	$(PY) bench/roundtrip.py
 	$(PY) bench/baseline_huey.py
+
+## Regenerate the console screenshots in docs/images/ (system Chromium, a CJK font for Chinese).
+screenshots: $(STAMP)
+	$(PY) scripts/screenshots.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -139,6 +139,24 @@ async def authenticate(engine: AsyncEngine, presented: str) -> Principal | None:
     return Principal(tenant_id=row.tenant_id, role=role, key_id=row.id)
 
 
+async def live_principal(engine: AsyncEngine, key_id: str) -> Principal | None:
+    """The principal of key ``key_id`` while it is live (not revoked); None otherwise.
+
+    For sessions that outlive the request that presented the key (the web console): a key
+    revoked after login stops working at the next request.
+    """
+    k = tables.api_keys
+    query = sa.select(k.c.id, k.c.tenant_id, k.c.role).where(
+        k.c.id == key_id, k.c.revoked_at.is_(None)
+    )
+    async with engine.connect() as conn:
+        row = (await conn.execute(query)).first()
+    if row is None:
+        return None
+    role: Role = "admin" if row.role == "admin" else "tenant"
+    return Principal(tenant_id=row.tenant_id, role=role, key_id=row.id)
+
+
 async def revoke(engine: AsyncEngine, key_id: str) -> bool:
     """Revoke a key from now on; True when a live key was revoked."""
     k = tables.api_keys

@@ -1,1 +1,2 @@
-"""The ways in: HTTP (``interfaces.http``); they import both the backbone and pipelines."""
+"""The ways in: HTTP (``interfaces.http``) and the web console (``interfaces.console``);
+they import both the backbone and pipelines."""

@@ -1,7 +1,8 @@
 """``create_app(hub)``: the FastAPI application around a hub the caller starts and closes.
 
 One router module per area (``health``, ``admin``); a pipeline adds its own routers
-through ``Pipeline.routers``, mounted under ``/v1``. Errors are
+through ``Pipeline.routers``, mounted under ``/v1``. The web console (HTML, outside the
+OpenAPI document) is mounted at ``/console``. Errors are
 problem+json (:mod:`.problems`); bodies are bounded by :class:`.limits.BodyLimits`.
 """
 
@@ -13,6 +14,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, FastAPI
 
 from aigc_hub.bootstrap import Hub
+from aigc_hub.interfaces import console
 from aigc_hub.interfaces.http import admin, health, problems
 from aigc_hub.interfaces.http.limits import BodyLimits, Limits
 
@@ -40,6 +42,8 @@ def create_app(
     app.add_middleware(BodyLimits, limits=limits)
     app.include_router(health.router)
     app.include_router(admin.router, prefix="/admin")
+    app.include_router(console.router(), prefix=console.PREFIX, include_in_schema=False)
+    app.mount(console.STATIC_PATH, console.static_files(), name="console-static")
     for pipeline in hub.pipelines:
         for router in pipeline.routers:
             app.include_router(router, prefix=API_PREFIX)
