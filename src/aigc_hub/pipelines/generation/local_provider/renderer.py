@@ -43,9 +43,9 @@ def find_font() -> str | None:
     return next((path for path in _FONT_CANDIDATES if os.path.isfile(path)), None)
 
 
-def _look(prompt: str, width: int, height: int, duration_s: int) -> tuple[str, int]:
+def _look(prompt: str, width: int, height: int) -> tuple[str, int]:
     digest = hashlib.sha256(prompt.encode("utf-8", "replace")).digest()
-    size = f"size={width}x{height}:rate={FPS}:duration={duration_s}"
+    size = f"size={width}x{height}:rate={FPS}"  # -t bounds the length (mandelbrot has no duration)
     c0, c1 = digest[2:5].hex(), digest[5:8].hex()
     sources = (
         f"testsrc2={size}",
@@ -65,7 +65,7 @@ def ffmpeg_args(
     font: str | None,
 ) -> list[str]:
     """The FFmpeg command line for one clip (no shell: every value is its own argument)."""
-    source, hue = _look(prompt, width, height, duration_s)
+    source, hue = _look(prompt, width, height)
     filters = [f"hue=h={hue}", "format=yuv420p"]
     if textfile is not None and font is not None:
         # textfile= keeps the prompt out of filter syntax; expansion=none ignores '%'
