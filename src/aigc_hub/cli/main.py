@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from aigc_hub.cli import api, common, db, dlq, run, schemas, tenants, topics
+from aigc_hub.cli import api, common, db, dlq, provider, run, schemas, tenants, topics
 
 # Paragraphs are single lines: the help renderer keeps line breaks as they are.
 HELP = "\n\n".join(
@@ -64,3 +64,4 @@ app.command("worker")(run.worker)
 app.command("scan")(run.scan)
 app.add_typer(tenants.app, name="tenants")
 app.command("api")(api.api)
+app.add_typer(provider.app, name="provider")

@@ -1,0 +1,170 @@
+"""Standard Webhooks signing and verification (https://www.standardwebhooks.com), stdlib only.
+
+A delivery carries three headers: ``webhook-id`` (the same for every retry of one event, so
+receivers can drop duplicates), ``webhook-timestamp`` (epoch seconds of this attempt) and
+``webhook-signature``: one or more space-separated ``v1,<base64 HMAC-SHA256>`` over
+``f"{id}.{timestamp}.{body}"``. Secrets are ``whsec_<base64 key>``; a receiver holds several
+while a secret rotates and accepts a delivery signed by any of them.
+
+:func:`verify` raises :class:`WebhookVerificationError` with a stable ``reason`` for every
+missing, malformed, stale or forged delivery, and nothing else on any headers or body.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import secrets as _secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+ID_HEADER: Final = "webhook-id"
+TIMESTAMP_HEADER: Final = "webhook-timestamp"
+SIGNATURE_HEADER: Final = "webhook-signature"
+SECRET_PREFIX: Final = "whsec_"
+DEFAULT_TOLERANCE_S: Final = 300
+
+# Bounds on what we are willing to parse: a header past these is malformed, not slow.
+_MAX_ID_LEN = 256
+_MAX_SIGNATURE_HEADER_LEN = 4096
+_MAX_TIMESTAMP_DIGITS = 12
+
+Reason = Literal["missing_header", "malformed_header", "timestamp_out_of_window", "bad_signature"]
+
+
+class WebhookVerificationError(Exception):
+    """The delivery is not a genuine, fresh webhook; ``reason`` is a stable machine word."""
+
+    def __init__(self, reason: Reason, detail: str = "") -> None:
+        self.reason: Reason = reason
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+@dataclass(frozen=True)
+class VerifiedWebhook:
+    """What a verified delivery proves: its event id (for replay protection) and its time."""
+
+    id: str
+    timestamp: int
+
+
+def generate_secret(n_bytes: int = 32) -> str:
+    """A fresh random secret in the ``whsec_<base64>`` form."""
+    return SECRET_PREFIX + base64.b64encode(_secrets.token_bytes(n_bytes)).decode()
+
+
+def decode_secret(secret: str) -> bytes:
+    """The HMAC key of a ``whsec_<base64>`` secret; raises ValueError when it is not one."""
+    if not isinstance(secret, str) or not secret.startswith(SECRET_PREFIX):
+        raise ValueError("a webhook secret looks like 'whsec_<base64>'")
+    try:
+        key = base64.b64decode(secret[len(SECRET_PREFIX) :], validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("the webhook secret's key is not valid base64") from None
+    if not key:
+        raise ValueError("the webhook secret's key is empty")
+    return key
+
+
+def _digest(key: bytes, msg_id: str, timestamp_s: int, body: bytes) -> bytes:
+    signed = f"{msg_id}.{timestamp_s}.".encode() + body
+    return hmac.new(key, signed, hashlib.sha256).digest()
+
+
+def sign(secret: str, msg_id: str, timestamp_s: int, body: bytes | str) -> str:
+    """``v1,<base64 HMAC-SHA256 of "{msg_id}.{timestamp_s}.{body}">`` under ``secret``."""
+    raw = body.encode() if isinstance(body, str) else body
+    digest = _digest(decode_secret(secret), msg_id, int(timestamp_s), raw)
+    return "v1," + base64.b64encode(digest).decode()
+
+
+def sign_headers(secret: str, msg_id: str, timestamp_s: int, body: bytes | str) -> dict[str, str]:
+    """The three Standard Webhooks headers for one delivery attempt."""
+    return {
+        ID_HEADER: msg_id,
+        TIMESTAMP_HEADER: str(int(timestamp_s)),
+        SIGNATURE_HEADER: sign(secret, msg_id, timestamp_s, body),
+    }
+
+
+def _header(headers: Mapping[str, str], name: str) -> str:
+    # Header names are case-insensitive; a plain dict from a test or framework may not be.
+    value: object = None
+    try:
+        value = headers.get(name)
+        if value is None:
+            value = next((v for k, v in headers.items() if str(k).lower() == name), None)
+    except Exception:
+        raise WebhookVerificationError("malformed_header", "unreadable headers") from None
+    if value is None or value == "":
+        raise WebhookVerificationError("missing_header", name)
+    if not isinstance(value, str):
+        raise WebhookVerificationError("malformed_header", name)
+    return value
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates
+        return False
+    return True
+
+
+def _signatures(header: str) -> list[bytes]:
+    if len(header) > _MAX_SIGNATURE_HEADER_LEN:
+        raise WebhookVerificationError("malformed_header", "signature header too long")
+    found: list[bytes] = []
+    for part in header.split(" "):
+        version, sep, value = part.partition(",")
+        if not sep or version != "v1":
+            continue  # other schemes (e.g. v1a asymmetric) are allowed and ignored
+        try:
+            found.append(base64.b64decode(value.encode("ascii"), validate=True))
+        except (binascii.Error, ValueError, UnicodeEncodeError):
+            continue
+    if not found:
+        raise WebhookVerificationError("malformed_header", "no v1 signature")
+    return found
+
+
+def verify(
+    secrets: Sequence[str],
+    headers: Mapping[str, str],
+    body: bytes,
+    now_s: float,
+    tolerance_s: int = DEFAULT_TOLERANCE_S,
+) -> VerifiedWebhook:
+    """Check a delivery against every secret; the id and timestamp it proves, or raise.
+
+    Raises :class:`WebhookVerificationError` (and nothing else) for any headers and body:
+    ``missing_header``, ``malformed_header``, ``timestamp_out_of_window`` (older or newer
+    than ``tolerance_s`` around ``now_s``) or ``bad_signature``. Signatures are compared in
+    constant time. ``secrets`` are configuration: a malformed one raises ValueError.
+    """
+    keys = [decode_secret(s) for s in secrets]
+    msg_id = _header(headers, ID_HEADER)
+    raw_ts = _header(headers, TIMESTAMP_HEADER)
+    raw_sig = _header(headers, SIGNATURE_HEADER)
+    if len(msg_id) > _MAX_ID_LEN or not msg_id.isprintable() or not _utf8(msg_id):
+        raise WebhookVerificationError("malformed_header", ID_HEADER)
+    if not (raw_ts.isascii() and raw_ts.isdigit() and len(raw_ts) <= _MAX_TIMESTAMP_DIGITS):
+        raise WebhookVerificationError("malformed_header", TIMESTAMP_HEADER)
+    timestamp = int(raw_ts)
+    if abs(now_s - timestamp) > tolerance_s:
+        raise WebhookVerificationError("timestamp_out_of_window", f"{timestamp} vs {now_s:.0f}")
+    candidates = _signatures(raw_sig)
+    if not isinstance(body, bytes | bytearray | memoryview):
+        raise WebhookVerificationError("malformed_header", "body is not bytes")
+    matched = False
+    for key in keys:
+        expected = _digest(key, msg_id, timestamp, bytes(body))
+        for candidate in candidates:
+            # no early exit: the time taken does not depend on which pair matched
+            matched |= hmac.compare_digest(expected, candidate)
+    if not matched:
+        raise WebhookVerificationError("bad_signature")
+    return VerifiedWebhook(id=msg_id, timestamp=timestamp)
