@@ -27,6 +27,9 @@ from schemathesis.specs.openapi.checks import (
 from aigc_hub import tenancy
 from aigc_hub.interfaces.http.app import API_PREFIX, create_app
 from aigc_hub.messaging.memory import MemoryBroker
+from aigc_hub.pipelines.generation import services
+from aigc_hub.pipelines.generation.pipeline import pipeline as generation
+from aigc_hub.reliability import notifications
 from aigc_hub.reliability.replay_jobs import ReplayJobs
 from tests.integration.test_admin_api import seed
 from tests.support import effects as fx
@@ -55,16 +58,20 @@ class Served:
     def __init__(self, db_url: str) -> None:
         self.db_url = db_url
         self.admin_key = ""
+        self.tenant_key = ""
         self.client: httpx.AsyncClient
 
     async def __aenter__(self) -> Served:
-        self._hub_cm = hub_for(self.db_url, MemoryBroker(), [fx.make_pipeline()])
+        pipelines = [fx.make_pipeline(), notifications.pipeline, generation]
+        self._hub_cm = hub_for(self.db_url, MemoryBroker(), pipelines)
         hub = await self._hub_cm.__aenter__()
         app = create_app(hub)
         self._jobs = ReplayJobs(hub.engine, hub.dlq, hub.clock, rate_per_s=200)
         app.state.replay_jobs = self._jobs
         await seed(hub)  # list and detail responses carry real rows
         self.admin_key = await tenancy.create_admin_key(hub.engine)
+        tenant, self.tenant_key = await tenancy.create_tenant(hub.engine, "fuzz")
+        await services.grant_credits(hub, tenant_id=tenant.id, amount=10**9, grant_id="fuzz")
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         self.client = httpx.AsyncClient(transport=transport, base_url=BASE_URL)
         self.app = app
@@ -112,11 +119,25 @@ def served(sqlite_url: str) -> Any:
         yield portal, s
 
 
+def _checker(portal: Any, s: Any, operation: Any, headers: dict[str, str]) -> Any:
+    """A hypothesis test of ``operation`` sending ``headers``."""
+
+    @FUZZ_SETTINGS
+    @given(case=operation.as_strategy())
+    def check(case: Any) -> None:
+        kwargs = case.as_transport_kwargs(base_url=BASE_URL, headers=headers)
+        response = portal.call(s.send, kwargs)
+        case.validate_response(response, checks=CHECKS, headers=headers, transport_kwargs=kwargs)
+
+    return check
+
+
 def test_every_operation_conforms_to_the_openapi_schema(served: Any) -> None:
     portal, s = served
     raw = portal.call(s.openapi)
     schema = schemathesis.openapi.from_dict(raw)
-    headers = {"Authorization": f"Bearer {s.admin_key}"}
+    admin = {"Authorization": f"Bearer {s.admin_key}"}
+    tenant = {"Authorization": f"Bearer {s.tenant_key}"}
 
     operations = []
     for result in schema.get_all_operations():
@@ -125,16 +146,10 @@ def test_every_operation_conforms_to_the_openapi_schema(served: Any) -> None:
 
     failures: dict[str, str] = {}
     for operation in operations:
+        # Admin routes with the admin key, business routes with a tenant key.
+        headers = admin if operation.path.startswith("/admin") else tenant
 
-        @FUZZ_SETTINGS
-        @given(case=operation.as_strategy())
-        def check(case: Any) -> None:
-            kwargs = case.as_transport_kwargs(base_url=BASE_URL, headers=headers)
-            response = portal.call(s.send, kwargs)
-            case.validate_response(
-                response, checks=CHECKS, headers=headers, transport_kwargs=kwargs
-            )
-
+        check = _checker(portal, s, operation, headers)
         try:
             check()
         except (Exception, BaseExceptionGroup) as exc:  # schemathesis raises FailureGroup

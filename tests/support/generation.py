@@ -95,7 +95,9 @@ async def generation_stack(
     serving = asyncio.create_task(server.serve())
     running = asyncio.create_task(hub.run(stop, scan=True))
     try:
-        while not server.started:
+        for _ in range(500):  # uvicorn has no started event to await; bounded to 10 s
+            if server.started:
+                break
             await asyncio.sleep(0.02)
         yield Stack(hub, api_url, provider)
     finally:

@@ -15,8 +15,12 @@ from aigc_hub.pipelines.generation.states import TaskStatus
 router = APIRouter(prefix="/generation-tasks", tags=["generation"], route_class=IdempotentRoute)
 credits_router = APIRouter(prefix="/credits", tags=["generation"])
 
-_TASK_ERRORS: dict[int | str, dict[str, Any]] = {
+_COMMON: dict[int | str, dict[str, Any]] = {
     401: {"description": "missing or unknown API key"},
+    429: {"description": "rate limited (Retry-After)"},
+}
+_TASK_ERRORS: dict[int | str, dict[str, Any]] = {
+    **_COMMON,
     404: {"description": "no such task (also for another tenant's task ids)"},
 }
 
@@ -86,7 +90,11 @@ async def get_task(task_id: str, request: Request, who: limits.LimitedTenant) ->
         raise _not_found() from None
 
 
-@router.get("", summary="List tasks, newest first", responses={401: _TASK_ERRORS[401]})
+@router.get(
+    "",
+    summary="List tasks, newest first",
+    responses={**_COMMON, 400: {"description": "unknown cursor"}},
+)
 async def list_tasks(
     request: Request,
     who: limits.LimitedTenant,
@@ -128,7 +136,7 @@ async def cancel_task(task_id: str, request: Request, who: limits.LimitedTenant)
         raise Problem(409, str(exc), slug="task-finished", status_now=exc.status) from None
 
 
-@credits_router.get("", summary="The tenant's credits", responses={401: _TASK_ERRORS[401]})
+@credits_router.get("", summary="The tenant's credits", responses=_COMMON)
 async def get_credits(request: Request, who: limits.LimitedTenant) -> dict[str, int]:
     assert who.tenant_id is not None
     found = await services.credit_balance(auth.hub_of(request), who.tenant_id)
