@@ -8,20 +8,17 @@ job per request key, so a submit whose answer was lost is found again by
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import email.utils
-import hashlib
 import json
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import httpx
 
-from aigc_hub.pipelines.generation.adapters import base
+from aigc_hub.pipelines.generation.adapters import base, fetch
 from aigc_hub.pipelines.generation.adapters.base import (
     CapabilityError,
     FetchedFile,
@@ -60,13 +57,6 @@ _STATUSES = {
 }
 #: Job failure codes worth another attempt (the model or machine hiccupped, not the input).
 TRANSIENT_JOB_ERRORS = frozenset({"internal_error", "render_failed", "capacity"})
-_CHUNK = 64 * 1024
-
-
-def _origin(url: str) -> tuple[str, str, int]:
-    parts = urlsplit(url)
-    default = 443 if parts.scheme == "https" else 80
-    return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port or default
 
 
 def _ms(stamp: object) -> int | None:
@@ -271,53 +261,18 @@ class LocalProviderAdapter:
         Only the provider's own origin is fetched, redirects are refused, and more than
         ``max_bytes`` aborts (PERMANENT); 403/410 is ``output_expired`` (RETRYABLE).
         """
-        if _origin(asset.url) != _origin(self.base_url):
-            raise ProviderError(
-                "output URL is not on the provider's origin",
-                retry_class=RetryClass.PERMANENT,
-                code="output_url_refused",
-            )
-        part = dest.with_name(f".{dest.name}.part")
-        digest, size = hashlib.sha256(), 0
         try:
-            async with self._http.stream(
-                "GET", asset.url, timeout=self.query_timeout_s, follow_redirects=False
-            ) as response:
-                if response.is_redirect:
-                    raise ProviderError(
-                        "output redirect refused",
-                        retry_class=RetryClass.PERMANENT,
-                        code="output_redirect_refused",
-                    )
-                if response.status_code in (403, 410):
-                    raise ProviderError(
-                        f"output URL refused with {response.status_code}",
-                        retry_class=RetryClass.RETRYABLE,
-                        code="output_expired",
-                    )
-                response.raise_for_status()
-                declared = response.headers.get("content-length", "")
-                if declared.isdigit() and int(declared) > max_bytes:
-                    raise _too_large(max_bytes)
-                content_type = response.headers.get("content-type") or asset.content_type
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                out = await asyncio.to_thread(open, part, "wb")
-                try:
-                    async for chunk in response.aiter_bytes(_CHUNK):
-                        size += len(chunk)
-                        if size > max_bytes:
-                            raise _too_large(max_bytes)
-                        digest.update(chunk)
-                        await asyncio.to_thread(out.write, chunk)
-                finally:
-                    await asyncio.to_thread(out.close)
-            os.replace(part, dest)
-        except BaseException as exc:
-            part.unlink(missing_ok=True)
-            if isinstance(exc, Exception):
-                raise self.classify_error(exc, during="fetch_output") from exc
-            raise
-        return FetchedFile(dest, size, digest.hexdigest(), content_type)
+            return await fetch.fetch_to_file(
+                self._http,
+                asset.url,
+                dest,
+                allowed_origin=self.base_url,
+                max_bytes=max_bytes,
+                timeout_s=self.query_timeout_s,
+                content_type=asset.content_type,
+            )
+        except Exception as exc:
+            raise self.classify_error(exc, during="fetch_output") from exc
 
     async def close(self) -> None:
         """Close the HTTP client if this adapter made it."""
@@ -387,14 +342,6 @@ class LocalProviderAdapter:
             raw_status=raw_status,
             observed_at_ms=_ms(job.get("updated_at")),
         )
-
-
-def _too_large(max_bytes: int) -> ProviderError:
-    return ProviderError(
-        f"output is larger than {max_bytes} bytes",
-        retry_class=RetryClass.PERMANENT,
-        code="output_too_large",
-    )
 
 
 _: type[base.ProviderAdapter] = LocalProviderAdapter  # the adapter satisfies the contract

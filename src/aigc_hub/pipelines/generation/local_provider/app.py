@@ -45,7 +45,9 @@ class ProviderConfig:
     @property
     def base_url(self) -> str:
         """Where clients reach this server (output URLs point here)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
+        # a wildcard bind is not an address a client can use: point URLs at loopback
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(self.host, self.host)
+        host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{self.port}"
 
 
