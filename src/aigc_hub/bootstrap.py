@@ -26,11 +26,13 @@ from aigc_hub.core.retry import DELAYED, IN_PROCESS, RetryPolicy
 from aigc_hub.messaging.base import Broker
 from aigc_hub.messaging.catalog import TopicCatalog, seeded_catalog
 from aigc_hub.pipeline import HandlerSpec, Pipeline
+from aigc_hub.reliability import notifications
 from aigc_hub.reliability.admission import AdmissionGate
 from aigc_hub.reliability.dlq import DeadLetterStore
 from aigc_hub.reliability.idempotency_scanner import IdempotencyExpiryScanner
 from aigc_hub.reliability.lag import DEFAULT_THRESHOLDS, LagMonitor, Threshold, parse_thresholds
 from aigc_hub.reliability.leases import DatabaseLeases
+from aigc_hub.reliability.notification_feed import FeedSettings, NotificationFeed
 from aigc_hub.reliability.outbox import EventRoutes, OutboxWriter
 from aigc_hub.reliability.outbox_scanner import OutboxAgeScanner
 from aigc_hub.reliability.redelivery import RedeliveryStore
@@ -92,10 +94,15 @@ class Hub:
         alert_webhook: str | None = None,
         scanner_lease_ttl_ms: int = 15_000,
         relay_workers: int = 2,
+        feed: FeedSettings | None = None,
     ) -> None:
         self.engine = engine
         self.broker = broker
-        self.pipelines = list(pipelines)
+        # The backbone's notification schema is always known; no business pipeline needed.
+        self.pipelines = [
+            notifications.pipeline,
+            *(p for p in pipelines if p is not notifications.pipeline),
+        ]
         self.clock = clock or SystemClock()
         self.catalog = catalog or seeded_catalog()
         self.failpoints = failpoints
@@ -160,6 +167,8 @@ class Hub:
         #: Per-hub state of pipelines (their providers, settings…), keyed by pipeline name.
         #: A value with an async ``close()`` is closed with the hub.
         self.extensions: dict[str, Any] = {}
+        #: This process's live notification feed (SSE); started by its first reader.
+        self.notification_feed = NotificationFeed(broker, feed)
 
     @classmethod
     def from_settings(
@@ -185,6 +194,7 @@ class Hub:
             lag_interval_s=settings.lag_interval_s,
             alert_webhook=settings.alert_webhook,
             scanner_lease_ttl_ms=settings.scanner_lease_ttl_ms,
+            feed=settings.feed_settings(),
             **overrides,  # type: ignore[arg-type]
         )
 
@@ -298,13 +308,15 @@ class Hub:
                 await asyncio.wait_for(stop.wait(), self.lag.interval_s)
 
     async def close(self) -> None:
-        """Stop the committer, close pipeline state, the broker and the database engine."""
+        """Stop the committer and the notification feed, close pipeline state, the broker
+        and the database."""
         for extension in list(self.extensions.values()):
             closer = getattr(extension, "close", None)
             if closer is not None:
                 await closer()
         self.extensions.clear()
         await self.committer.close()
+        await self.notification_feed.close()
         await self.broker.close()
         await self.cache.close()
         if self.blobs is not None:

@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from aigc_hub.reliability.notification_feed import FeedSettings
+
 
 class Settings(BaseSettings):
     """Where data lives and which engines run; embedded defaults need nothing installed."""
@@ -65,6 +67,27 @@ class Settings(BaseSettings):
     commit_batch: int = Field(256, ge=1, le=10_000, description="max events per group commit")
     commit_wait_ms: float = Field(2.0, ge=0, le=1000, description="max wait to fill a group commit")
     relay_batch: int = Field(500, ge=1, le=10_000, description="outbox rows per relay pass")
+    sse_heartbeat_s: float = Field(15.0, gt=0, le=300, description="SSE heartbeat period")
+    sse_window_size: int = Field(
+        10_000, ge=1, le=1_000_000, description="notifications kept per process for resume"
+    )
+    sse_window_s: float = Field(600.0, gt=0, description="longest resume window, seconds")
+    sse_queue_size: int = Field(
+        1_000, ge=1, le=100_000, description="notifications queued per SSE client before a reset"
+    )
+    sse_max_stream_s: float = Field(
+        3_600.0, gt=0, description="longest SSE connection; clients reconnect with Last-Event-ID"
+    )
+
+    def feed_settings(self) -> FeedSettings:
+        """The notification feed's and SSE route's bounds."""
+        return FeedSettings(
+            window_size=self.sse_window_size,
+            window_s=self.sse_window_s,
+            queue_size=self.sse_queue_size,
+            heartbeat_s=self.sse_heartbeat_s,
+            max_stream_s=self.sse_max_stream_s,
+        )
 
     def resolved_database_url(self) -> str:
         """The database URL, defaulting to a SQLite file under ``data_dir``."""

@@ -465,6 +465,50 @@ async def test_records_published_by_another_process(broker_factory: BrokerFactor
         assert values == list(range(k, 300, 7))
 
 
+# -- tails: group-less readers from the end ------------------------------------------------
+
+
+async def test_tail_reads_every_partition_from_the_end_not_history(
+    broker_factory: BrokerFactory,
+) -> None:
+    broker = broker_factory()
+    topic = await new_topic(broker, 3)
+    await broker.publish(messages(topic, [f"old{i}" for i in range(6)], tag="old"))
+    tail = await broker.tail([topic])
+    assert tail.assignment() == {TopicPartition(topic, p) for p in range(3)}
+    assert await tail.fetch(10, 0.2) == []  # history is not replayed
+
+    await broker.publish(messages(topic, [f"k{i}" for i in range(9)], tag="new"))
+    got = await collect(tail, 9)
+    assert sorted(r.value for r in got) == sorted(f"new{i}".encode() for i in range(9))
+    for p in range(3):
+        offsets = [r.offset for r in got if r.partition == p]
+        assert offsets == sorted(offsets)
+    await tail.commit({r.tp: r.offset + 1 for r in got})  # a no-op, never an error
+    assert await tail.fetch(10, 0.05) == []
+    await tail.close()
+
+
+async def test_tails_share_nothing_and_groups_do_not_see_them(
+    broker_factory: BrokerFactory,
+) -> None:
+    broker = broker_factory()
+    topic = await new_topic(broker, 2)
+    # A second broker on the same store is another API process, where the engine has them.
+    other = broker_factory() if broker.features.cross_process else broker
+    first, second = await broker.tail([topic]), await other.tail([topic])
+    await broker.publish(messages(topic, [f"k{i}" for i in range(6)]))
+    for tail in (first, second):
+        assert sorted(r.value for r in await collect(tail, 6)) == [
+            f"m{i}".encode() for i in range(6)
+        ]
+    # A group reading the topic starts from the beginning: the tails committed nothing.
+    group = fresh("g")
+    assert len(await collect(broker.consumer(group, [topic]), 6)) == 6
+    await first.close()
+    await second.close()
+
+
 # -- the memory broker's test helpers (not part of the engine contract) --------------------
 
 

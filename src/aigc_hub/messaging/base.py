@@ -148,6 +148,16 @@ class Broker(Protocol):
         """A new member of ``group`` reading ``topics`` from the group's committed offsets."""
         ...
 
+    async def tail(self, topics: Sequence[str]) -> Consumer:
+        """A reader of every partition of ``topics`` from their current end, outside any group.
+
+        Returns once its positions are fixed: it delivers every record appended after that
+        and none appended before. It joins no group, shares nothing with other readers,
+        and ``commit`` is a no-op, so it leaves no state behind (a per-process live feed).
+        Only partitions that exist when it is made are read.
+        """
+        ...
+
     async def lag(self, group: str, topics: Sequence[str]) -> list[PartitionLag]:
         """The group's committed offset, end offset and oldest unconsumed age per partition."""
         ...

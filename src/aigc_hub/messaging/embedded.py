@@ -25,7 +25,12 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from aigc_hub.core.clock import Clock, SystemClock
-from aigc_hub.messaging import embedded_consumer, embedded_retention, embedded_topics
+from aigc_hub.messaging import (
+    embedded_consumer,
+    embedded_retention,
+    embedded_tail,
+    embedded_topics,
+)
 from aigc_hub.messaging import embedded_schema as schema
 from aigc_hub.messaging.base import (
     Features,
@@ -201,6 +206,12 @@ class EmbeddedBroker:
         )
         self._consumers.append(member)
         return member
+
+    async def tail(self, topics: Sequence[str]) -> embedded_tail.EmbeddedTail:
+        """A group-less reader of ``topics`` from their current end; writes nothing to the file."""
+        if self._closed:
+            raise RuntimeError("broker is closed")
+        return await embedded_tail.open_tail(self, topics)
 
     async def lag(self, group: str, topics: Sequence[str]) -> list[PartitionLag]:
         """Committed offset, end offset, oldest unconsumed timestamp per existing partition.

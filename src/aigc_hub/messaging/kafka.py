@@ -24,12 +24,13 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 import asyncio
 import itertools
 import logging
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import admin as ck_admin
 
-from aigc_hub.messaging import kafka_consumer, kafka_lag, kafka_producer, kafka_topics
+from aigc_hub.messaging import kafka_consumer, kafka_lag, kafka_producer, kafka_tail, kafka_topics
 from aigc_hub.messaging.base import (
     DeliveryProfile,
     Features,
@@ -114,6 +115,7 @@ class KafkaBroker:
         self._admin_client: ck_admin.AdminClient | None = None
         self._producers: dict[DeliveryProfile, kafka_producer.ProfileProducer] = {}
         self._consumers: list[KafkaConsumer] = []
+        self._tails: list[kafka_tail.KafkaTail] = []
         self._profiles: dict[str, DeliveryProfile] = {}
         self._partitions: dict[str, int] = {}
         self._metadata_lock = asyncio.Lock()
@@ -220,6 +222,37 @@ class KafkaBroker:
         self._consumers.append(member)
         return member
 
+    async def tail(self, topics: Sequence[str]) -> kafka_tail.KafkaTail:
+        """A group-less reader of ``topics`` from their high watermarks; commits nothing.
+
+        On Tansu the high watermark is exact only for unbatched producers (see ``kafka_lag``).
+        """
+        self._check_open()
+        conf = kafka_consumer.consumer_config(
+            bootstrap=self.bootstrap,
+            client_id=f"{self.client_id}.tail",
+            group=f"{self.client_id}.tail-{uuid.uuid4().hex}",  # never joined nor committed
+            overrides=self.consumer_overrides,
+            logger=self._logger,
+        ) | {"auto.offset.reset": "latest"}
+        reader = kafka_tail.KafkaTail(
+            conf,
+            tuple(topics),
+            loop=asyncio.get_running_loop(),
+            to_record=kafka_consumer.to_record,
+            poll_interval=self.poll_interval,
+            max_buffered=self.max_buffered,
+            request_timeout=self.request_timeout,
+        )
+        try:
+            async with asyncio.timeout(self.request_timeout * 3):
+                await asyncio.wrap_future(reader.ready)
+        except BaseException:
+            await reader.close()
+            raise
+        self._tails.append(reader)
+        return reader
+
     async def lag(self, group: str, topics: Sequence[str]) -> list[PartitionLag]:
         """Committed offset, end offset and oldest unconsumed time per existing partition.
 
@@ -249,6 +282,9 @@ class KafkaBroker:
             return
         for member in list(self._consumers):
             await member.close()
+        for reader in self._tails:
+            await reader.close()
+        self._tails.clear()
         self._closed = True
         for producer in self._producers.values():
             await producer.close(self.delivery_timeout_ms / 1000)

@@ -114,6 +114,12 @@ class MemoryBroker:
         self._rebalance(group)
         return member
 
+    async def tail(self, topics: Sequence[str]) -> MemoryTail:
+        """A group-less reader of ``topics`` from their current end; commits nothing."""
+        self._check_open()
+        ends = {tp: len(self._log(tp)) for tp in self._partitions(topics)}
+        return MemoryTail(self, ends)
+
     async def lag(self, group: str, topics: Sequence[str]) -> list[PartitionLag]:
         """Committed offset, end offset and oldest unconsumed timestamp per existing partition.
 
@@ -290,6 +296,63 @@ class MemoryConsumer:
             await self._on_revoke(revoked)
         if assigned and self._on_assign is not None:
             await self._on_assign(assigned)
+
+    def _take(self, max_records: int) -> list[Record]:
+        tps = sorted(self._positions)
+        if not tps:
+            return []
+        self._rotation = (self._rotation + 1) % len(tps)
+        out: list[Record] = []
+        for tp in tps[self._rotation :] + tps[: self._rotation]:
+            pos = self._positions[tp]
+            chunk = self.broker._log(tp)[pos : pos + max_records - len(out)]
+            self._positions[tp] = pos + len(chunk)
+            out.extend(chunk)
+            if len(out) >= max_records:
+                break
+        return out
+
+
+class MemoryTail:
+    """A :meth:`MemoryBroker.tail` reader: every partition it was given, from its end then."""
+
+    def __init__(self, broker: MemoryBroker, positions: dict[TopicPartition, int]) -> None:
+        self.broker = broker
+        self._positions = positions
+        self._rotation = 0
+        self._closed = False
+
+    async def fetch(self, max_records: int, timeout: float) -> list[Record]:
+        """Up to ``max_records`` new records, round-robin over partitions; [] on timeout."""
+        if self._closed:
+            raise RuntimeError("consumer is closed")
+        if max_records < 1:
+            raise ValueError("max_records must be at least 1")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            changed = self.broker._changed
+            records = self._take(max_records)
+            remaining = deadline - loop.time()
+            if records or remaining <= 0 or self._closed:
+                return records
+            try:
+                async with asyncio.timeout(remaining):
+                    await changed.wait()
+            except TimeoutError:
+                return []
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Nothing to commit: a tail belongs to no group."""
+
+    def assignment(self) -> set[TopicPartition]:
+        """Every partition this reader follows."""
+        return set(self._positions)
+
+    async def close(self) -> None:
+        """Stop reading; a waiting fetch returns []."""
+        self._closed = True
+        self.broker._notify()
 
     def _take(self, max_records: int) -> list[Record]:
         tps = sorted(self._positions)
