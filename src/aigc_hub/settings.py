@@ -8,7 +8,11 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from aigc_hub.core.errors import ConfigurationError
 from aigc_hub.reliability.notification_feed import FeedSettings
+
+#: The pipelines shipped in the package, by name (``builtin_pipelines``).
+BUILTIN_PIPELINES = {"generation": "aigc_hub.pipelines.generation.pipeline:pipeline"}
 
 
 class Settings(BaseSettings):
@@ -60,6 +64,10 @@ class Settings(BaseSettings):
     log_json: bool = Field(True, description="JSON log lines (structlog); false = plain text")
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
     log_path: Path | None = Field(None, description="embedded log file; default <data_dir>/log.db")
+    builtin_pipelines: str = Field(
+        "generation",
+        description="built-in pipelines to run (generation), comma separated; empty for none",
+    )
     pipelines: str = Field(
         "", description="extra pipelines to load: 'module:attribute', comma separated"
     )
@@ -101,8 +109,16 @@ class Settings(BaseSettings):
         }
 
     def pipeline_paths(self) -> list[str]:
-        """The ``pipelines`` entries, split and stripped."""
-        return [p.strip() for p in self.pipelines.split(",") if p.strip()]
+        """The built-in pipelines' ``module:attribute`` paths, then the ``pipelines`` entries."""
+        builtin = [p.strip() for p in self.builtin_pipelines.split(",") if p.strip()]
+        unknown = [name for name in builtin if name not in BUILTIN_PIPELINES]
+        if unknown:
+            raise ConfigurationError(
+                f"AIGC_HUB_BUILTIN_PIPELINES: unknown built-in pipelines {unknown}; "
+                f"known: {sorted(BUILTIN_PIPELINES)}"
+            )
+        extra = [p.strip() for p in self.pipelines.split(",") if p.strip()]
+        return [BUILTIN_PIPELINES[name] for name in builtin] + extra
 
     def resolved_log_path(self) -> Path:
         """The embedded log's file."""

@@ -23,6 +23,14 @@ def test_settings_doc_names_every_setting() -> None:
         assert f"AIGC_HUB_{name.upper()}" in text, name
 
 
+def test_settings_doc_names_every_generation_setting() -> None:
+    from aigc_hub.pipelines.generation.config import GenerationSettings
+
+    text = (DOCS / "settings.md").read_text()
+    for name in GenerationSettings.model_fields:
+        assert f"AIGC_HUB_GEN_{name.upper()}" in text, name
+
+
 def test_cli_doc_names_every_command() -> None:
     text = (DOCS / "cli.md").read_text()
     commands = [c.name for c in app.registered_commands]

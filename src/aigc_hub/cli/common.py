@@ -163,17 +163,17 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 
 
 def installed_pipelines(value: str | None = None) -> list[Pipeline]:
-    """The pipelines named by ``value`` (default: ``$AIGC_HUB_PIPELINES``), in order.
+    """The pipelines the hub would run: the built-in ones (``AIGC_HUB_BUILTIN_PIPELINES``),
+    then those named by ``value`` (default: ``$AIGC_HUB_PIPELINES``), in order.
 
     Each comma-separated entry is ``module:attribute`` naming a Pipeline; empty or unset
     means none. Raises ConfigurationError naming the first bad entry.
     """
-    if value is None:
-        value = os.environ.get(PIPELINES_ENV, "")
+    from aigc_hub.settings import Settings
+
+    settings = Settings() if value is None else Settings(pipelines=value)
     pipelines: list[Pipeline] = []
-    for entry in (part.strip() for part in value.split(",")):
-        if not entry:
-            continue
+    for entry in settings.pipeline_paths():
         pipeline = _load_pipeline(entry)
         same_name = [p for p in pipelines if p.name == pipeline.name]
         if same_name and same_name[0] is not pipeline:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Annotated
 
 import typer
@@ -49,9 +49,11 @@ async def _serve(
     try:
         await hub.start()
         if api:
-            await _with_api(hub, settings, stop, groups=groups, relay=relay, scan=scan, lag=lag)
+            async with _generation(hub, settings, local_provider=relay and groups is None):
+                await _with_api(hub, settings, stop, groups=groups, relay=relay, scan=scan, lag=lag)
         else:
-            await hub.run(stop, groups=groups, relay=relay, scan=scan, lag=lag)
+            async with _generation(hub, settings, local_provider=False):
+                await hub.run(stop, groups=groups, relay=relay, scan=scan, lag=lag)
     finally:
         await hub.close()
         if exporter is not None:
@@ -82,6 +84,23 @@ async def _with_api(
     server.should_exit = True
     await serving
     await running
+
+
+@contextlib.asynccontextmanager
+async def _generation(
+    hub: bootstrap.Hub, settings: Settings, *, local_provider: bool
+) -> AsyncIterator[None]:
+    """Install the generation pipeline's settings; under ``up``, serve the local provider."""
+    from aigc_hub.pipelines.generation.embedded_provider import embedded_provider
+
+    if not local_provider:
+        yield
+        return
+    api_url = f"http://{settings.api_host}:{settings.api_port}"
+    async with embedded_provider(hub, settings.data_dir / "provider", api_url=api_url) as gen:
+        if gen is not None and gen.run_local_provider:
+            common.console().print(f"local provider on {gen.local_provider_url}")
+        yield
 
 
 def _configure_logging(settings: Settings) -> None:

@@ -19,6 +19,11 @@ class GenerationSettings(BaseSettings):
         description="the local provider's webhook secrets (whsec_…), comma separated; "
         "several while rotating; empty = callbacks refused, polling only",
     )
+    run_local_provider: bool = Field(
+        True,
+        description="`aigc-hub up` serves the local provider itself when `local` is enabled "
+        "and its URL is on loopback",
+    )
     callback_base_url: str = Field(
         "http://127.0.0.1:8000", description="where providers send webhooks (…/v1/callbacks/P)"
     )

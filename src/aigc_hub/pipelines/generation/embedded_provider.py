@@ -1,0 +1,85 @@
+"""``aigc-hub up`` on embedded defaults runs the local provider beside the hub, so a fresh
+machine can generate real clips with nothing else installed.
+
+It is served in the same process on the port of ``local_provider_url`` with a webhook secret
+shared with the callback gateway (the configured one, or a fresh one per start).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from aigc_hub.pipelines.generation import webhooks, wiring
+from aigc_hub.pipelines.generation.config import GenerationSettings
+
+if TYPE_CHECKING:
+    from aigc_hub.bootstrap import Hub
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def wants_embedded_provider(settings: GenerationSettings) -> bool:
+    """True when ``local`` is enabled, asked to run here, and its URL is on this machine."""
+    host = urlsplit(settings.local_provider_url).hostname or ""
+    return settings.run_local_provider and "local" in settings.provider_names() and host in LOOPBACK
+
+
+@contextlib.asynccontextmanager
+async def embedded_provider(
+    hub: Hub, data_dir: Path, *, api_url: str
+) -> AsyncIterator[GenerationSettings | None]:
+    """Install the generation settings on ``hub`` and, when wanted, serve the local provider
+    until the block ends. Yields the settings in force (None: generation not loaded)."""
+    if not any(p.name == wiring.NAME for p in hub.pipelines):
+        yield None
+        return
+    settings = GenerationSettings()
+    if "callback_base_url" not in settings.model_fields_set:
+        settings = settings.model_copy(update={"callback_base_url": api_url})
+    if not wants_embedded_provider(settings):
+        wiring.install(hub, wiring.build(hub, settings))
+        yield settings
+        return
+    secrets = settings.local_secrets() or [webhooks.generate_secret()]
+    settings = settings.model_copy(update={"local_webhook_secrets": ",".join(secrets)})
+    wiring.install(hub, wiring.build(hub, settings))
+
+    import uvicorn
+
+    from aigc_hub.pipelines.generation.local_provider.app import ProviderConfig, create_app
+
+    url = urlsplit(settings.local_provider_url)
+    config = ProviderConfig(
+        webhook_secret=secrets[0],
+        data_dir=data_dir,
+        host=url.hostname or "127.0.0.1",
+        port=url.port or 80,
+        render_mode="ffmpeg",
+    )
+
+    class _Server(uvicorn.Server):
+        # The hub owns signals (they stop everything); uvicorn must not take them.
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    server = _Server(
+        uvicorn.Config(
+            create_app(config),
+            host=config.host,
+            port=config.port,
+            log_config=None,
+            log_level="warning",
+        )
+    )
+    serving = asyncio.create_task(server.serve(), name="local-provider")
+    try:
+        yield settings
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(serving, 30)
