@@ -16,6 +16,7 @@ from aigc_hub import tenancy
 from aigc_hub.blobs.local import LocalBlobStore
 from aigc_hub.bootstrap import Hub
 from aigc_hub.interfaces.http.app import create_app
+from aigc_hub.interfaces.http.limits import Limits
 from aigc_hub.messaging.base import Broker
 from aigc_hub.pipelines.generation import services, wiring
 from aigc_hub.pipelines.generation.config import GenerationSettings
@@ -88,7 +89,11 @@ async def generation_stack(
     await hub.start()
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(hub), host="127.0.0.1", port=port, log_level="warning", lifespan="off"
+            create_app(hub, limits=Limits(rate_per_s=5_000, burst=5_000)),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="off",
         )
     )
     stop = asyncio.Event()
