@@ -134,7 +134,6 @@ class NotificationFeed:
         self._reader: Consumer | None = None
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
-        self._closed = False
 
     @property
     def running(self) -> bool:
@@ -146,14 +145,17 @@ class NotificationFeed:
         if self._task is not None:
             return
         async with self._lock:
-            if self._task is not None or self._closed:
+            if self._task is not None:
                 return
             self._reader = await self.broker.tail([notifications.TOPIC])
             self._task = asyncio.create_task(self._run(self._reader), name="notification-feed")
 
     async def close(self) -> None:
-        """Stop tailing and close every subscription; idempotent."""
-        self._closed = True
+        """Stop tailing and close every subscription; idempotent.
+
+        A later :meth:`start` tails from the end again as a new feed (new positions, empty
+        window): what was published meanwhile was not seen, so old ids must answer a gap.
+        """
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -164,6 +166,9 @@ class NotificationFeed:
             self._reader = None
         for sub in list(self._subscribers):
             sub.close()
+        self.feed_id = secrets.token_hex(4)
+        self._window.clear()
+        self._evicted_through = self._seq = 0
 
     def subscribe(
         self,

@@ -1,6 +1,6 @@
 """``create_app(hub)``: the FastAPI application around a hub the caller starts and closes.
 
-One router module per area (``health``, ``admin``); a pipeline adds its own routers
+One router module per area (``health``, ``admin``, ``events``); a pipeline adds its own routers
 through ``Pipeline.routers``, mounted under ``/v1``. Errors are
 problem+json (:mod:`.problems`); bodies are bounded by :class:`.limits.BodyLimits`.
 """
@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, FastAPI
 
 from aigc_hub.bootstrap import Hub
-from aigc_hub.interfaces.http import admin, health, problems
+from aigc_hub.interfaces.http import admin, events, health, problems
 from aigc_hub.interfaces.http.limits import BodyLimits, Limits
 
 #: The prefix of the versioned API.
@@ -40,6 +40,7 @@ def create_app(
     app.add_middleware(BodyLimits, limits=limits)
     app.include_router(health.router)
     app.include_router(admin.router, prefix="/admin")
+    app.include_router(events.router, prefix=API_PREFIX)
     for pipeline in hub.pipelines:
         for router in pipeline.routers:
             app.include_router(router, prefix=API_PREFIX)
@@ -50,8 +51,11 @@ def create_app(
 
 @contextlib.asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """On shutdown, stop bulk replay jobs still running (they are marked, not lost)."""
+    """On shutdown, end the SSE streams (the notification feed) and stop bulk replay jobs
+    still running (they are marked, not lost)."""
     yield
+    hub: Hub = app.state.hub
+    await hub.notification_feed.close()
     jobs = getattr(app.state, "replay_jobs", None)
     if jobs is not None:
         await jobs.close()
