@@ -7,7 +7,7 @@ relay published them. Events:
 * ``event: notification``, ``id: <feed>-<seq>``, ``data:`` the notification as JSON;
 * ``event: reset``: notifications may have been missed (``Last-Event-ID`` unknown, from
   another process, or out of the resume window; or this client fell behind): re-read the
-  snapshots of what you watch;
+  snapshots of what you watch; its ``id`` is where the stream goes on from;
 * ``: heartbeat`` comments while idle, and one ``: ready`` comment once subscribed.
 
 Ids resume only on the process that issued them (a sticky connection); elsewhere the client
@@ -104,7 +104,9 @@ async def events(
                 yield ServerSentEvent(event="notification", id=item.id, data=item.notification)
             elif isinstance(item, Gap):
                 yield ServerSentEvent(
-                    event="reset", data={"reason": item.reason, "detail": RESET_ADVICE}
+                    event="reset",
+                    id=item.id,
+                    data={"reason": item.reason, "detail": RESET_ADVICE},
                 )
             elif sub.closed:
                 return  # the feed stopped (shutdown)
