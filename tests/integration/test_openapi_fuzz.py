@@ -10,6 +10,7 @@ schemathesis is a hard requirement: a missing package fails collection, it never
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import httpx
@@ -65,6 +66,10 @@ class Served:
         pipelines = [fx.make_pipeline(), notifications.pipeline, generation]
         self._hub_cm = hub_for(self.db_url, MemoryBroker(), pipelines)
         hub = await self._hub_cm.__aenter__()
+        # Streams end quickly here: the fuzzer reads whole responses.
+        hub.notification_feed.settings = dataclasses.replace(
+            hub.notification_feed.settings, max_stream_s=0.2, heartbeat_s=0.05
+        )
         app = create_app(hub)
         self._jobs = ReplayJobs(hub.engine, hub.dlq, hub.clock, rate_per_s=200)
         app.state.replay_jobs = self._jobs

@@ -1,5 +1,10 @@
 """Every route, called as tenant B with tenant A's ids: never a 2xx, never a side effect.
 
+A streaming operation (``text/event-stream``, e.g. ``GET /v1/events``) has no ids in its
+path and answers every tenant 200 with *its own* events, so it is held to the honest bar
+instead: called as B with a bound (``max_seconds``), a subject of A and a resume position
+that would replay A's notification, it must carry no event at all.
+
 The test enumerates the app's operations (from its OpenAPI document, which lists every
 route however it was mounted), so a route added later (by a pipeline) is covered the day it
 lands: its path parameters must have an entry in ``IDS_OF_TENANT_A`` or the test fails.
@@ -23,6 +28,7 @@ from aigc_hub.pipelines.generation import services
 from aigc_hub.pipelines.generation.pipeline import pipeline as generation
 from aigc_hub.reliability import notifications
 from aigc_hub.reliability.dlq import DeadLetterFilter
+from aigc_hub.reliability.notifications import Notification
 from aigc_hub.reliability.replay_jobs import ReplayJobs
 from aigc_hub.store import tables
 from tests.integration.test_admin_api import seed
@@ -61,6 +67,31 @@ async def _provider(hub: Hub) -> str:
     return "local"  # B is not a provider: no signature → 401, nothing archived
 
 
+def _streams(operation: dict[str, object]) -> bool:
+    ok = operation.get("responses", {}).get("200", {})  # type: ignore[attr-defined]
+    return "text/event-stream" in ok.get("content", {})
+
+
+async def _stream_params_of_a(hub: Hub, tenant_a: str) -> dict[str, object]:
+    """Query parameters that would make a stream leak A's notification, if it could."""
+    feed = hub.notification_feed
+    await feed.start()
+
+    def note(subject: str) -> Notification:
+        return Notification(
+            tenant_id=tenant_a,
+            subject_type="generation_task",
+            subject_id=subject,
+            kind="status",
+            status="RUNNING",
+            occurred_at_ms=1,
+        )
+
+    before = feed.add(note("task-of-a-0"))
+    feed.add(note("task-of-a"))
+    return {"max_seconds": 0.5, "subject_id": "task-of-a", "last_event_id": before.id}
+
+
 #: How to make a resource of tenant A for each path parameter name.
 IDS_OF_TENANT_A: dict[str, Callable[[Hub], Awaitable[str]]] = {
     "dead_letter_id": _dead_letter_of_a,
@@ -89,10 +120,11 @@ async def _row_counts(hub: Hub) -> dict[str, int]:
 
 async def test_tenant_b_never_gets_a_2xx_or_an_effect_with_tenant_a_ids(hub: Hub) -> None:
     app: FastAPI = create_app(hub)
-    _, key_a = await tenancy.create_tenant(hub.engine, "tenant-a")
+    tenant_a, key_a = await tenancy.create_tenant(hub.engine, "tenant-a")
     _, key_b = await tenancy.create_tenant(hub.engine, "tenant-b")
     assert key_a != key_b
     ids = {name: await make(hub) for name, make in IDS_OF_TENANT_A.items()}
+    stream_params = await _stream_params_of_a(hub, tenant_a.id)
     before = await _row_counts(hub)
 
     calls = 0
@@ -106,9 +138,11 @@ async def test_tenant_b_never_gets_a_2xx_or_an_effect_with_tenant_a_ids(hub: Hub
             assert not missing, f"{template}: add a tenant-A id maker for {missing}"
             path = template.format(**{p: ids[p] for p in params})
             for method in sorted(m.upper() for m in operations):
+                streams = _streams(operations[method.lower()])
                 response = await client.request(
                     method,
                     path,
+                    params=stream_params if streams else None,
                     json={} if method in ("POST", "PUT", "PATCH") else None,
                     headers={"Authorization": f"Bearer {key_b}", "Idempotency-Key": "b-1"},
                 )
@@ -117,7 +151,10 @@ async def test_tenant_b_never_gets_a_2xx_or_an_effect_with_tenant_a_ids(hub: Hub
                     assert response.status_code == 200, (method, path, response.text)
                     assert not any(v in response.text for v in ids.values() if len(v) > 8)
                     continue
+                if streams and response.status_code == 200:
+                    assert "event:" not in response.text, (method, path, response.text)
+                    continue
                 assert not 200 <= response.status_code < 300, (method, path, response.text)
                 assert response.status_code in (401, 403, 404, 422), (method, path, response.text)
-    assert calls >= 9  # every admin route was tried
+    assert calls >= 10  # every admin route and the event stream were tried
     assert await _row_counts(hub) == before  # and nothing changed anywhere

@@ -84,7 +84,9 @@ async def test_a_foreign_or_unknown_position_is_a_gap(bad: str) -> None:
     f.add(note())
     assert await drain(f.subscribe("t1", last_event_id=bad)) == [Gap("unknown_id")]
     future = f"{f.feed_id}-99"  # never handed out
-    assert await drain(f.subscribe("t1", last_event_id=future)) == [Gap("unknown_id")]
+    got = await drain(f.subscribe("t1", last_event_id=future))
+    assert got == [Gap("unknown_id")]
+    assert isinstance(got[0], Gap) and got[0].id == f"{f.feed_id}-1"  # resume from here on
 
 
 async def test_window_is_bounded_by_count_and_a_position_before_it_is_a_gap() -> None:
@@ -115,6 +117,8 @@ async def test_a_slow_subscriber_is_cut_off_with_a_gap_and_others_are_served() -
     got = await drain(slow)
     assert isinstance(got[0], Gap) and got[0].reason == "slow_subscriber"
     assert 1 <= len(got) <= 4 and slow.cut_offs >= 1
+    first = got[1]
+    assert isinstance(first, FeedItem) and got[0].id == f.position(first.seq - 1)
     f.add(note(subject="after"))
     assert [i.notification.subject_id for i in await drain(slow)] == ["after"]  # type: ignore[union-attr]
 

@@ -11,6 +11,9 @@ from aigc_hub.cli import common
 from aigc_hub.observability.logging import configure_logging
 from aigc_hub.settings import Settings
 
+#: Seconds a stop waits for open requests (SSE streams never finish by themselves).
+SHUTDOWN_GRACE_S = 5
+
 
 async def _serve(settings: Settings, host: str, port: int) -> None:
     import uvicorn
@@ -20,7 +23,14 @@ async def _serve(settings: Settings, host: str, port: int) -> None:
     hub = bootstrap.Hub.from_settings(settings)
     await hub.start()
     try:
-        config = uvicorn.Config(create_app(hub), host=host, port=port, log_config=None)
+        # Open SSE streams would hold a graceful stop forever: give them a few seconds.
+        config = uvicorn.Config(
+            create_app(hub),
+            host=host,
+            port=port,
+            log_config=None,
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        )
         await uvicorn.Server(config).serve()
     finally:
         await hub.close()

@@ -75,7 +75,11 @@ async def _with_api(
             yield
 
     config = uvicorn.Config(
-        create_app(hub), host=settings.api_host, port=settings.api_port, log_config=None
+        create_app(hub),
+        host=settings.api_host,
+        port=settings.api_port,
+        log_config=None,
+        timeout_graceful_shutdown=5,  # open SSE streams must not hold the stop forever
     )
     server = _Server(config)
     serving = asyncio.create_task(server.serve(), name="http")

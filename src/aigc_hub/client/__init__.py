@@ -7,6 +7,10 @@ POSTs carrying an ``Idempotency-Key``, which is generated once per logical call)
     with HubClient("http://127.0.0.1:8000", api_key=ADMIN_KEY) as hub:
         accepted = hub.dlq_replay_bulk(topic="effects.requests", max=100)
         job = hub.wait_job(accepted.job_id, timeout=60)
+
+    with HubClient("http://127.0.0.1:8000", api_key=TENANT_KEY) as hub:
+        for event in hub.events(subject_id=task_id):   # SSE, reconnects with Last-Event-ID
+            ...                                         # event.kind: notification | reset
 """
 
 from aigc_hub.client._clients import AsyncHubClient, HubClient
@@ -23,7 +27,9 @@ from aigc_hub.client._errors import (
     Unauthorized,
     Unavailable,
     ValidationFailed,
+    WaitTimeout,
 )
+from aigc_hub.client._events import Event
 from aigc_hub.client._models import (
     AuditEntry,
     AuditPage,
@@ -35,6 +41,7 @@ from aigc_hub.client._models import (
     Job,
     JobAccepted,
     Lag,
+    Notification,
     Outbox,
     PartitionLag,
     TopicLag,
@@ -52,6 +59,7 @@ __all__ = [
     "DeadLetterDetail",
     "DeadLetterPage",
     "Dismissed",
+    "Event",
     "Forbidden",
     "Health",
     "HubAPIError",
@@ -61,6 +69,7 @@ __all__ = [
     "JobTimeout",
     "Lag",
     "NotFound",
+    "Notification",
     "Outbox",
     "PartitionLag",
     "RateLimited",
@@ -70,4 +79,5 @@ __all__ = [
     "Unauthorized",
     "Unavailable",
     "ValidationFailed",
+    "WaitTimeout",
 ]

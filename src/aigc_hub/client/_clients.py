@@ -14,6 +14,7 @@ from aigc_hub.client import _core as core
 from aigc_hub.client import _models as m
 from aigc_hub.client._core import Call, RetryPolicy
 from aigc_hub.client._errors import JobTimeout
+from aigc_hub.client._streams import AsyncStreams, SyncStreams
 
 T = TypeVar("T")
 
@@ -30,8 +31,8 @@ class _Base:
         )
 
 
-class HubClient(_Base):
-    """A synchronous client of the AIGC Hub HTTP API (health and admin routes).
+class HubClient(SyncStreams, _Base):
+    """A synchronous client of the AIGC Hub HTTP API (health, admin and event routes).
 
     ``transport`` replaces the network (tests); ``timeout`` is per attempt; ``retry`` bounds
     retries of calls that are safe to repeat (see :mod:`aigc_hub.client._core`). Use it as a
@@ -224,7 +225,7 @@ class HubClient(_Base):
         return self.execute(core.audit(limit, action))
 
 
-class AsyncHubClient(_Base):
+class AsyncHubClient(AsyncStreams, _Base):
     """The asynchronous twin of :class:`HubClient` (same methods, awaited)."""
 
     def __init__(

@@ -84,6 +84,15 @@ class JobTimeout(TimeoutError):
         self.job = job
 
 
+class WaitTimeout(TimeoutError):
+    """``wait_for`` gave up; ``snapshot`` is the last one read."""
+
+    def __init__(self, subject_id: str, snapshot: Any) -> None:
+        super().__init__(f"{subject_id} is not done yet")
+        self.subject_id = subject_id
+        self.snapshot = snapshot
+
+
 _BY_STATUS: dict[int, type[HubAPIError]] = {
     400: BadRequest,
     401: Unauthorized,

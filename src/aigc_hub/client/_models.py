@@ -142,3 +142,18 @@ class AuditPage(_Model):
     """Audit entries, newest first."""
 
     items: list[AuditEntry]
+
+
+class Notification(_Model):
+    """A hint that a subject changed (``GET /v1/events``); the facts are in its snapshot."""
+
+    tenant_id: str
+    subject_type: str
+    subject_id: str
+    kind: str
+    status: str | None = None
+    stage: str | None = None
+    progress: float | None = None
+    status_version: int | None = None
+    occurred_at_ms: int
+    data: dict[str, Any] = {}

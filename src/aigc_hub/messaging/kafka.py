@@ -250,7 +250,7 @@ class KafkaBroker:
         except BaseException:
             await reader.close()
             raise
-        self._tails.append(reader)
+        self._tails = [t for t in self._tails if not t.closed] + [reader]
         return reader
 
     async def lag(self, group: str, topics: Sequence[str]) -> list[PartitionLag]:

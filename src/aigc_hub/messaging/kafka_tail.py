@@ -81,6 +81,11 @@ class KafkaTail:
                 async with asyncio.timeout(remaining):
                     await self._arrived.wait()
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         """Nothing to commit: a tail belongs to no group."""
 

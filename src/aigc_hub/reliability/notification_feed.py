@@ -23,7 +23,7 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from aigc_hub.core.envelope import Envelope
@@ -61,9 +61,14 @@ class FeedItem:
 
 @dataclass(frozen=True)
 class Gap:
-    """Notifications may have been missed since the subscriber's position: re-read snapshots."""
+    """Notifications may have been missed since the subscriber's position: re-read snapshots.
+
+    ``id`` is the feed position the gap brings the subscriber to: after re-reading its
+    snapshots, a client that resumes from it misses nothing more.
+    """
 
     reason: GapReason
+    id: str | None = field(default=None, compare=False)
 
 
 class Subscription:
@@ -94,7 +99,8 @@ class Subscription:
             return
         if len(self._items) >= self._limit:
             self._items.clear()
-            self._items.append(Gap("slow_subscriber"))
+            seq = item.seq - 1 if isinstance(item, FeedItem) else self._feed.seq
+            self._items.append(Gap("slow_subscriber", self._feed.position(seq)))
             self.cut_offs += 1
         self._items.append(item)
         self._ready.set()
@@ -134,7 +140,6 @@ class NotificationFeed:
         self._reader: Consumer | None = None
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
-        self._closed = False
 
     @property
     def running(self) -> bool:
@@ -146,14 +151,17 @@ class NotificationFeed:
         if self._task is not None:
             return
         async with self._lock:
-            if self._task is not None or self._closed:
+            if self._task is not None:
                 return
             self._reader = await self.broker.tail([notifications.TOPIC])
             self._task = asyncio.create_task(self._run(self._reader), name="notification-feed")
 
     async def close(self) -> None:
-        """Stop tailing and close every subscription; idempotent."""
-        self._closed = True
+        """Stop tailing and close every subscription; idempotent.
+
+        A later :meth:`start` tails from the end again as a new feed (new positions, empty
+        window): what was published meanwhile was not seen, so old ids must answer a gap.
+        """
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -164,6 +172,9 @@ class NotificationFeed:
             self._reader = None
         for sub in list(self._subscribers):
             sub.close()
+        self.feed_id = secrets.token_hex(4)
+        self._window.clear()
+        self._evicted_through = self._seq = 0
 
     def subscribe(
         self,
@@ -182,9 +193,9 @@ class NotificationFeed:
             self._prune(time.monotonic())
             seq = self._seq_of(last_event_id)
             if seq is None:
-                sub.offer(Gap("unknown_id"))
+                sub.offer(Gap("unknown_id", self.position(self._seq)))
             elif seq < self._evicted_through:
-                sub.offer(Gap("outside_window"))
+                sub.offer(Gap("outside_window", self.position(self._seq)))
             else:
                 for item in self._window:
                     if item.seq > seq and sub.matches(item.notification):
@@ -196,13 +207,22 @@ class NotificationFeed:
         """Append ``notification`` at the next position and offer it to matching subscribers."""
         now = time.monotonic()
         self._seq += 1
-        item = FeedItem(f"{self.feed_id}-{self._seq}", self._seq, notification, now)
+        item = FeedItem(self.position(self._seq), self._seq, notification, now)
         self._window.append(item)
         self._prune(now)
         for sub in list(self._subscribers):
             if sub.matches(notification):
                 sub.offer(item)
         return item
+
+    @property
+    def seq(self) -> int:
+        """The sequence number of the latest notification (0 before the first)."""
+        return self._seq
+
+    def position(self, seq: int) -> str:
+        """The id of sequence number ``seq`` in this feed."""
+        return f"{self.feed_id}-{seq}"
 
     @property
     def subscribers(self) -> int:

@@ -1,8 +1,8 @@
 """``create_app(hub)``: the FastAPI application around a hub the caller starts and closes.
 
-One router module per area (``health``, ``admin``); a pipeline adds its own routers
-through ``Pipeline.routers``, mounted under ``/v1``. The web console (HTML, outside the
-OpenAPI document) is mounted at ``/console``. Errors are
+One router module per area (``health``, ``admin``, ``events``); a pipeline adds its own
+routers through ``Pipeline.routers``, mounted under ``/v1``. The web console (HTML, outside
+the OpenAPI document) is mounted at ``/console``. Errors are
 problem+json (:mod:`.problems`); bodies are bounded by :class:`.limits.BodyLimits`.
 """
 
@@ -15,7 +15,7 @@ from fastapi import APIRouter, FastAPI
 
 from aigc_hub.bootstrap import Hub
 from aigc_hub.interfaces import console
-from aigc_hub.interfaces.http import admin, health, problems
+from aigc_hub.interfaces.http import admin, events, health, problems
 from aigc_hub.interfaces.http.limits import BodyLimits, Limits
 
 #: The prefix of the versioned API.
@@ -42,6 +42,7 @@ def create_app(
     app.add_middleware(BodyLimits, limits=limits)
     app.include_router(health.router)
     app.include_router(admin.router, prefix="/admin")
+    app.include_router(events.router, prefix=API_PREFIX)
     app.include_router(console.router(), prefix=console.PREFIX, include_in_schema=False)
     app.mount(console.STATIC_PATH, console.static_files(), name="console-static")
     for pipeline in hub.pipelines:
@@ -54,8 +55,11 @@ def create_app(
 
 @contextlib.asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """On shutdown, stop bulk replay jobs still running (they are marked, not lost)."""
+    """On shutdown, end the SSE streams (the notification feed) and stop bulk replay jobs
+    still running (they are marked, not lost)."""
     yield
+    hub: Hub = app.state.hub
+    await hub.notification_feed.close()
     jobs = getattr(app.state, "replay_jobs", None)
     if jobs is not None:
         await jobs.close()

@@ -1,0 +1,229 @@
+"""``events()`` and ``wait_for()`` of the clients: the SSE stream with reconnects, and waiting
+for a subject over it with a polling fallback. Mixed into :class:`HubClient` (sync) and
+:class:`AsyncHubClient` (async), which provide ``_http``, ``retry`` and ``_sleep``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Iterator,
+)
+from typing import Any
+
+import httpx
+
+from aigc_hub.client import _core as core
+from aigc_hub.client import _events as ev
+from aigc_hub.client._core import RetryPolicy
+from aigc_hub.client._errors import WaitTimeout
+
+Snapshot = dict[str, Any]
+
+
+class SyncStreams:
+    """The synchronous stream methods."""
+
+    _http: httpx.Client
+    retry: RetryPolicy
+
+    def _sleep(self, seconds: float) -> None:
+        raise NotImplementedError
+
+    def _connect(
+        self,
+        subject_id: str | list[str] | None,
+        last_event_id: str | None,
+        max_seconds: float | None,
+    ) -> Generator[ev.StreamItem, None, None]:
+        """One connection's items; raises :class:`HubAPIError` when the route answers an error."""
+        with self._http.stream(
+            "GET",
+            ev.PATH,
+            params=ev.request_params(subject_id, max_seconds),
+            headers=ev.request_headers(last_event_id),
+            timeout=ev.STREAM_TIMEOUT,
+        ) as response:
+            if response.is_error:
+                response.read()
+                raise core.to_error(response)
+            parser = ev.Parser()
+            for line in response.iter_lines():
+                item = parser.feed(line)
+                if item is not None:
+                    yield item
+
+    def events(
+        self,
+        subject_id: str | list[str] | None = None,
+        last_event_id: str | None = None,
+        *,
+        reconnect: bool = True,
+    ) -> Iterator[ev.Event]:
+        """The tenant's notifications and resets (``GET /v1/events``), until you stop iterating.
+
+        A dropped or ended connection is reopened with the last event's id (transport errors
+        ``retry.attempts`` times in a row, with backoff, then raised); a ``reset`` event means
+        re-read your snapshots. Error answers raise :class:`HubAPIError` subclasses.
+        """
+        last, failures = last_event_id, 0
+        while True:
+            try:
+                for item in self._connect(subject_id, last, None):
+                    if isinstance(item, ev.Event):
+                        failures = 0
+                        last = item.id or last
+                        yield item
+            except httpx.TransportError:
+                failures += 1
+                if not reconnect or failures >= self.retry.attempts:
+                    raise
+                self._sleep(self.retry.backoff(failures))
+                continue
+            if not reconnect:
+                return
+
+    def wait_for(
+        self,
+        subject_id: str,
+        fetch_snapshot: Callable[[], Snapshot],
+        is_done: Callable[[Snapshot], bool],
+        timeout: float,
+        poll_interval: float = 1.0,
+    ) -> Snapshot:
+        """The subject's snapshot once ``is_done`` holds; :class:`WaitTimeout` after ``timeout``.
+
+        Reads the snapshot first, then listens to the subject's notifications and reads it
+        again once subscribed and on every notification or reset (notifications are hints,
+        the snapshot is the fact). When the stream is unavailable (connection error,
+        404/405/5xx) it polls every ``poll_interval`` s instead.
+        """
+        deadline = time.monotonic() + timeout
+        snapshot = fetch_snapshot()
+        if is_done(snapshot):
+            return snapshot
+        last: str | None = None
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                with contextlib.closing(self._connect(subject_id, last, left)) as items:
+                    for item in items:
+                        if item == ev.HEARTBEAT:
+                            continue
+                        snapshot = fetch_snapshot()  # subscribed, notified or reset: look again
+                        if is_done(snapshot):
+                            return snapshot
+                        if isinstance(item, ev.Event):
+                            last = item.id or last
+        except Exception as exc:
+            if not ev.stream_unavailable(exc):
+                raise
+        while True:
+            snapshot = fetch_snapshot()
+            if is_done(snapshot):
+                return snapshot
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WaitTimeout(subject_id, snapshot)
+            self._sleep(min(poll_interval, left))
+
+
+class AsyncStreams:
+    """The asynchronous twins of :class:`SyncStreams`."""
+
+    _http: httpx.AsyncClient
+    retry: RetryPolicy
+
+    async def _sleep(self, seconds: float) -> None:
+        raise NotImplementedError
+
+    async def _connect(
+        self,
+        subject_id: str | list[str] | None,
+        last_event_id: str | None,
+        max_seconds: float | None,
+    ) -> AsyncGenerator[ev.StreamItem, None]:
+        async with self._http.stream(
+            "GET",
+            ev.PATH,
+            params=ev.request_params(subject_id, max_seconds),
+            headers=ev.request_headers(last_event_id),
+            timeout=ev.STREAM_TIMEOUT,
+        ) as response:
+            if response.is_error:
+                await response.aread()
+                raise core.to_error(response)
+            parser = ev.Parser()
+            async for line in response.aiter_lines():
+                item = parser.feed(line)
+                if item is not None:
+                    yield item
+
+    async def events(
+        self,
+        subject_id: str | list[str] | None = None,
+        last_event_id: str | None = None,
+        *,
+        reconnect: bool = True,
+    ) -> AsyncIterator[ev.Event]:
+        """See :meth:`SyncStreams.events`."""
+        last, failures = last_event_id, 0
+        while True:
+            try:
+                async for item in self._connect(subject_id, last, None):
+                    if isinstance(item, ev.Event):
+                        failures = 0
+                        last = item.id or last
+                        yield item
+            except httpx.TransportError:
+                failures += 1
+                if not reconnect or failures >= self.retry.attempts:
+                    raise
+                await self._sleep(self.retry.backoff(failures))
+                continue
+            if not reconnect:
+                return
+
+    async def wait_for(
+        self,
+        subject_id: str,
+        fetch_snapshot: Callable[[], Awaitable[Snapshot]],
+        is_done: Callable[[Snapshot], bool],
+        timeout: float,
+        poll_interval: float = 1.0,
+    ) -> Snapshot:
+        """See :meth:`SyncStreams.wait_for`; ``fetch_snapshot`` is a coroutine function here."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        snapshot = await fetch_snapshot()
+        if is_done(snapshot):
+            return snapshot
+        last: str | None = None
+        try:
+            while (left := deadline - loop.time()) > 0:
+                async with contextlib.aclosing(self._connect(subject_id, last, left)) as items:
+                    async for item in items:
+                        if item == ev.HEARTBEAT:
+                            continue
+                        snapshot = await fetch_snapshot()
+                        if is_done(snapshot):
+                            return snapshot
+                        if isinstance(item, ev.Event):
+                            last = item.id or last
+        except Exception as exc:
+            if not ev.stream_unavailable(exc):
+                raise
+        while True:
+            snapshot = await fetch_snapshot()
+            if is_done(snapshot):
+                return snapshot
+            left = deadline - loop.time()
+            if left <= 0:
+                raise WaitTimeout(subject_id, snapshot)
+            await self._sleep(min(poll_interval, left))
