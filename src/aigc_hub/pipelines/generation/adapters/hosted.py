@@ -194,6 +194,7 @@ class VendorHttp:
             raise classify(exc, during="fetch_output", code_of=self.code_of) from exc
 
     async def close(self) -> None:
+        """Close the HTTP client if this object made it."""
         if self.owns_http:
             await self.client.aclose()
 
