@@ -5,6 +5,10 @@ request the provider accepts, and injects faults by name (``rate_limit_next``,
 ``server_error_next``, ``accept_then_timeout_next``, ``expire_outputs``, ``render_seconds``).
 An adapter tested against recorded responses injects them by serving the recorded 429 /
 503 / hang; a harness that cannot inject one names it in ``unsupported`` and that test skips.
+
+``unsupported`` also names what a provider honestly cannot do: ``idempotent_submit`` (no
+idempotency key) and ``lookup_by_request_key`` (no way to find a job by a key of ours). Such
+a provider is then held to the weaker promise: a key is never claimed NOT_FOUND (UNKNOWN).
 """
 
 from __future__ import annotations
@@ -31,8 +35,12 @@ from aigc_hub.pipelines.generation.adapters.base import (
     ProviderResult,
     RetryClass,
 )
+from aigc_hub.pipelines.generation.adapters.fal import FalAdapter
 from aigc_hub.pipelines.generation.adapters.local import LocalProviderAdapter
+from aigc_hub.pipelines.generation.adapters.replicate import ReplicateAdapter
+from aigc_hub.pipelines.generation.adapters.runway import RunwayAdapter
 from tests.support import provider as support
+from tests.support import vendor_routes
 
 pytestmark = pytest.mark.ffmpeg
 
@@ -49,6 +57,13 @@ class Harness:
     reset: Callable[[], None]
     count_jobs: Callable[[str], int] | None = None  # jobs the provider holds for a request key
     unsupported: frozenset[str] = frozenset()
+    #: a request the provider accepts (model, size, duration), and another size for the MP4
+    defaults: dict[str, Any] = dataclasses.field(default_factory=dict)
+    sized: dict[str, Any] = dataclasses.field(
+        default_factory=lambda: {"duration_s": 2, "width": 320, "height": 180}
+    )
+    webhook_job: Callable[[support.Received], dict[str, Any]] = support.local_job
+    reports_cost: bool = True  # does a finished job say what it cost?
 
     def request(self, **overrides: Any) -> GenerationRequest:
         values: dict[str, Any] = {
@@ -61,12 +76,16 @@ class Harness:
             "width": 160,
             "height": 90,
         }
+        values.update(self.defaults)
         values.update(overrides)
         return GenerationRequest(**values)
 
     def needs(self, fault: str) -> None:
         if fault in self.unsupported:
-            pytest.skip(f"{self.name} cannot inject {fault}")
+            pytest.skip(f"{self.name} cannot do {fault}")
+
+    def can(self, ability: str) -> bool:
+        return ability not in self.unsupported
 
 
 @contextlib.contextmanager
@@ -89,7 +108,99 @@ def _local(tmp: Path) -> Iterator[Harness]:
         )
 
 
-HARNESSES = {"local": _local}
+#: What the hosted vendors cannot do (see each adapter's module docstring).
+NO_IDEMPOTENCY = frozenset({"idempotent_submit"})
+NO_LOOKUP = NO_IDEMPOTENCY | {"lookup_by_request_key"}
+KLING = {"duration_s": 5, "width": 1280, "height": 720}
+PORTRAIT = {"duration_s": 5, "width": 720, "height": 1280}
+
+
+@contextlib.contextmanager
+def _replicate(tmp: Path) -> Iterator[Harness]:
+    support.require_ffmpeg()
+    with vendor_routes.replicate_fake(tmp, support.SECRET) as fake:
+
+        def make(**kwargs: Any) -> ProviderAdapter:
+            kwargs.setdefault("submit_timeout_s", 5.0)
+            return ReplicateAdapter(
+                fake.base_url, "r8_test", query_timeout_s=5.0, output_hosts=[fake.base_url],
+                **kwargs,
+            )  # fmt: skip
+
+        yield Harness(
+            name="replicate",
+            make_adapter=make,
+            base_url=fake.base_url,
+            webhook_secret=support.SECRET,
+            inject=fake.inject,
+            reset=fake.reset,
+            count_jobs=fake.count_jobs,
+            unsupported=NO_IDEMPOTENCY,
+            # the hub always sends a callback URL, and the request key rides in it: a dead
+            # loopback one here (the fake's deliveries to it fail, as a refused webhook would)
+            defaults={
+                "model": "kwaivgi/kling-v1.6-standard",
+                "callback_url": "http://127.0.0.1:9/v1/callbacks/replicate",
+                **KLING,
+            },
+            sized=PORTRAIT,
+            webhook_job=lambda received: received.event,  # the body is the prediction
+        )
+
+
+@contextlib.contextmanager
+def _fal(tmp: Path) -> Iterator[Harness]:
+    support.require_ffmpeg()
+    with vendor_routes.fal_fake(tmp) as fake:
+
+        def make(**kwargs: Any) -> ProviderAdapter:
+            kwargs.setdefault("submit_timeout_s", 5.0)
+            return FalAdapter(
+                fake.base_url, "fal_test", query_timeout_s=5.0, output_hosts=[fake.base_url],
+                **kwargs,
+            )  # fmt: skip
+
+        yield Harness(
+            name="fal",
+            make_adapter=make,
+            base_url=fake.base_url,
+            webhook_secret="",
+            inject=fake.inject,
+            reset=fake.reset,
+            unsupported=NO_LOOKUP,
+            defaults={"model": "fal-ai/kling-video/v1.6/standard", **KLING},
+            sized=PORTRAIT,
+            reports_cost=False,
+        )
+
+
+@contextlib.contextmanager
+def _runway(tmp: Path) -> Iterator[Harness]:
+    support.require_ffmpeg()
+    with vendor_routes.runway_fake(tmp) as fake:
+
+        def make(**kwargs: Any) -> ProviderAdapter:
+            kwargs.setdefault("submit_timeout_s", 5.0)
+            return RunwayAdapter(
+                fake.base_url, "key_test", query_timeout_s=5.0, output_hosts=[fake.base_url],
+                **kwargs,
+            )  # fmt: skip
+
+        yield Harness(
+            name="runway",
+            make_adapter=make,
+            base_url=fake.base_url,
+            webhook_secret="",
+            inject=fake.inject,
+            reset=fake.reset,
+            unsupported=NO_LOOKUP,
+            defaults={"model": "gen4.5", **KLING},
+            sized=PORTRAIT,
+            reports_cost=False,
+        )
+
+
+HARNESSES = {"local": _local, "replicate": _replicate, "fal": _fal, "runway": _runway}
 
 
 @pytest.fixture(scope="module", params=sorted(HARNESSES))
@@ -169,14 +280,23 @@ async def test_submit_then_query_by_id_and_by_request_key_agree(
     assert submitted.normalized_status in (NormalizedStatus.ACCEPTED, NormalizedStatus.RUNNING)
     assert submitted.estimated_cost == adapter.estimate_cost(request)
     by_id = await adapter.query(provider_job_id=submitted.provider_job_id, request_key="x")
+    assert by_id.provider_job_id == submitted.provider_job_id
+    assert by_id.raw_response_ref is None or "://" not in by_id.raw_response_ref
     by_key = await adapter.query(provider_job_id=None, request_key=request.request_key)
-    assert by_id.provider_job_id == by_key.provider_job_id == submitted.provider_job_id
-    assert by_key.raw_response_ref is None or "://" not in by_key.raw_response_ref
+    if harness.can("lookup_by_request_key"):
+        assert by_key.provider_job_id == submitted.provider_job_id
+        assert by_key.raw_response_ref is None or "://" not in by_key.raw_response_ref
+    else:  # it cannot tell, and must not pretend
+        assert (by_key.normalized_status, by_key.provider_job_id) == (
+            NormalizedStatus.UNKNOWN,
+            None,
+        )
 
 
 async def test_the_same_request_key_twice_makes_one_job(
     adapter: ProviderAdapter, harness: Harness
 ) -> None:
+    harness.needs("idempotent_submit")
     request = harness.request()
     first = await submit(adapter, request)
     second = await submit(adapter, request)
@@ -189,17 +309,20 @@ async def test_an_unknown_request_key_is_confirmed_not_found(
     adapter: ProviderAdapter, harness: Harness
 ) -> None:
     result = await adapter.query(provider_job_id=None, request_key=f"never-{uuid.uuid4().hex}")
-    assert result.normalized_status is NormalizedStatus.NOT_FOUND
+    expected = NormalizedStatus.NOT_FOUND
+    if not harness.can("lookup_by_request_key"):
+        expected = NormalizedStatus.UNKNOWN  # never confirmed: the hub waits, then gives up
+    assert result.normalized_status is expected
     assert result.provider_job_id is None
 
 
 async def test_a_job_succeeds_and_its_output_is_the_requested_mp4(
     adapter: ProviderAdapter, harness: Harness, tmp_path: Path
 ) -> None:
-    request = harness.request(duration_s=2, width=320, height=180, prompt="海上的纸船 at dusk")
+    request = harness.request(**harness.sized, prompt="海上的纸船 at dusk")
     done = await until_terminal(adapter, await submit(adapter, request), request)
     assert done.normalized_status is NormalizedStatus.SUCCEEDED
-    assert done.actual_cost == adapter.estimate_cost(request)
+    assert done.actual_cost == (adapter.estimate_cost(request) if harness.reports_cost else None)
     assert done.progress == 1.0 and done.observed_at_ms
     (asset,) = done.output_assets
     fetched = await adapter.fetch_output(asset, tmp_path / "out.mp4", max_bytes=50_000_000)
@@ -207,15 +330,18 @@ async def test_a_job_succeeds_and_its_output_is_the_requested_mp4(
     assert fetched.content_type == "video/mp4"
     assert fetched.sha256 == hashlib.sha256(fetched.path.read_bytes()).hexdigest()
     stream = support.ffprobe(fetched.path)
-    assert (stream["codec_name"], stream["width"], stream["height"]) == ("h264", 320, 180)
+    size = (request.width, request.height)
+    assert (stream["codec_name"], stream["width"], stream["height"]) == ("h264", *size)
     assert stream["pix_fmt"] == "yuv420p"
-    assert abs(float(stream["duration"]) - 2.0) <= 0.2
+    assert abs(float(stream["duration"]) - request.duration_s) <= 0.2
 
 
 async def test_a_signed_webhook_parses_to_the_job_state(
     adapter: ProviderAdapter, harness: Harness
 ) -> None:
-    with support.webhook_receiver() as receiver:
+    if not any(m.callbacks for m in adapter.capabilities()):
+        pytest.skip(f"{harness.name} sends no callbacks we accept: its jobs are polled")
+    with support.webhook_receiver(harness.webhook_job) as receiver:
         request = harness.request(callback_url=receiver.url)
         job_id = (await submit(adapter, request)).provider_job_id
         assert job_id
@@ -236,6 +362,17 @@ async def test_a_signed_webhook_parses_to_the_job_state(
 async def test_parse_callback_refuses_a_malformed_body(adapter: ProviderAdapter) -> None:
     with pytest.raises(ProviderError) as info:
         adapter.parse_callback(b'{"type": "something.else"}', {})
+    assert info.value.retry_class is RetryClass.PERMANENT
+
+
+async def test_without_callbacks_every_callback_is_refused(
+    adapter: ProviderAdapter, harness: Harness
+) -> None:
+    if any(m.callbacks for m in adapter.capabilities()):
+        pytest.skip(f"{harness.name} sends callbacks")
+    body = b'{"id": "x", "request_id": "x", "status": "SUCCEEDED"}'
+    with pytest.raises(ProviderError) as info:
+        adapter.parse_callback(body, {})
     assert info.value.retry_class is RetryClass.PERMANENT
 
 
@@ -268,9 +405,10 @@ async def test_429_is_rate_limited_with_retry_after(
 
 async def test_503_is_retryable(adapter: ProviderAdapter, harness: Harness) -> None:
     harness.needs("server_error_next")
+    submitted = await submit(adapter, harness.request())
     harness.inject(server_error_next=1)
     with pytest.raises(ProviderError) as info:
-        await adapter.query(provider_job_id=None, request_key="any")
+        await adapter.query(provider_job_id=submitted.provider_job_id, request_key="any")
     assert info.value.retry_class is RetryClass.RETRYABLE
 
 
@@ -288,6 +426,8 @@ async def test_a_submit_taken_but_unanswered_is_unknown_then_found_by_request_ke
         assert info.value.retry_class is RetryClass.UNKNOWN_OUTCOME
         found = await adapter.query(provider_job_id=None, request_key=request.request_key)
         assert found.normalized_status is not NormalizedStatus.NOT_FOUND
+        if not harness.can("lookup_by_request_key"):
+            return  # UNKNOWN until the hub's give-up deadline: all it may honestly say
         assert found.provider_job_id
         if harness.count_jobs is not None:
             assert harness.count_jobs(request.request_key) == 1

@@ -128,11 +128,23 @@ class Received:
         return job
 
 
+def local_job(received: Received) -> dict[str, Any]:
+    """The job in a local provider webhook (``{"type": "job.updated", "data": job}``)."""
+    return received.job
+
+
+FINAL_STATUSES = frozenset({"succeeded", "failed", "canceled"})
+
+
 @dataclass
 class WebhookReceiver:
-    """Records every POST; answers ``fail_first`` of them with 500, the rest with 204."""
+    """Records every POST; answers ``fail_first`` of them with 500, the rest with 204.
+
+    ``job_of`` finds the job (with ``id`` and a lower-case ``status``) in a delivery: the
+    local provider wraps it in an event, Replicate's body is the prediction itself."""
 
     url: str = ""
+    job_of: Callable[[Received], dict[str, Any]] = local_job
     received: list[Received] = field(default_factory=list)
     fail_first: int = 0
     requests: int = 0
@@ -140,12 +152,11 @@ class WebhookReceiver:
 
     def for_job(self, job_id: str) -> list[Received]:
         with self.lock:
-            return [r for r in self.received if r.job.get("id") == job_id]
+            return [r for r in self.received if self.job_of(r).get("id") == job_id]
 
     def final_for(self, job_id: str, timeout_s: float = 15.0) -> Received:
         def final() -> Received | None:
-            done = [r for r in self.for_job(job_id) if r.job["status"] != "queued"]
-            done = [r for r in done if r.job["status"] not in ("running",)]
+            done = [r for r in self.for_job(job_id) if self.job_of(r)["status"] in FINAL_STATUSES]
             return done[0] if done else None
 
         found: Received = wait_until(final, timeout_s, f"a final webhook for {job_id}")
@@ -156,8 +167,10 @@ class WebhookReceiver:
 
 
 @contextlib.contextmanager
-def webhook_receiver() -> Iterator[WebhookReceiver]:
-    receiver = WebhookReceiver()
+def webhook_receiver(
+    job_of: Callable[[Received], dict[str, Any]] = local_job,
+) -> Iterator[WebhookReceiver]:
+    receiver = WebhookReceiver(job_of=job_of)
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:

@@ -42,7 +42,7 @@ MAX_BODY = 256 * 1024
 async def receive(provider: str, request: Request) -> dict[str, Any]:
     hub = auth.hub_of(request)
     gen = generation_of(hub)
-    secrets = gen.settings.local_secrets() if provider == "local" else []
+    secrets = gen.settings.webhook_secrets(provider)
     if provider not in gen.providers.adapters:
         raise auth.not_found("provider")
     body = await request.body()

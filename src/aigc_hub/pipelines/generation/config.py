@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -24,6 +24,43 @@ class GenerationSettings(BaseSettings):
         description="`aigc-hub up` serves the local provider itself when `local` is enabled "
         "and its URL is on loopback",
     )
+    replicate_api_key: SecretStr = Field(
+        SecretStr(""), description="Replicate API token (r8_…); required when enabled"
+    )
+    replicate_base_url: str = Field(
+        "https://api.replicate.com", description="Replicate API origin (tests: a loopback fake)"
+    )
+    replicate_output_hosts: str = Field(
+        "https://replicate.delivery,https://*.replicate.delivery",
+        description="origins Replicate outputs are downloaded from, comma separated; "
+        "`*.` matches any subdomain",
+    )
+    replicate_webhook_secrets: str = Field(
+        "",
+        description="Replicate's webhook signing secrets (whsec_…, from GET "
+        "/v1/webhooks/default/secret), comma separated; empty = callbacks refused, polling only",
+    )
+    replicate_reconcile_window_s: float = Field(
+        7200.0,
+        description="how far back a lost Replicate submit is searched for; keep it longer "
+        "than unknown_give_up_s",
+    )
+    fal_api_key: SecretStr = Field(SecretStr(""), description="fal API key; required when enabled")
+    fal_base_url: str = Field("https://queue.fal.run", description="fal queue API origin")
+    fal_output_hosts: str = Field(
+        "https://fal.media,https://*.fal.media",
+        description="origins fal outputs are downloaded from, comma separated",
+    )
+    runway_api_key: SecretStr = Field(
+        SecretStr(""), description="Runway API secret; required when enabled"
+    )
+    runway_base_url: str = Field("https://api.dev.runwayml.com", description="Runway API origin")
+    runway_output_hosts: str = Field(
+        "https://dnznrvs05pmza.cloudfront.net",
+        description="origins Runway outputs are downloaded from (the CloudFront host in "
+        "your tasks' output URLs), comma separated",
+    )
+    runway_api_version: str = Field("2024-11-06", description="the X-Runway-Version sent")
     callback_base_url: str = Field(
         "http://127.0.0.1:8000", description="where providers send webhooks (…/v1/callbacks/P)"
     )
@@ -59,4 +96,16 @@ class GenerationSettings(BaseSettings):
         return [p.strip() for p in self.providers.split(",") if p.strip()]
 
     def local_secrets(self) -> list[str]:
-        return [s.strip() for s in self.local_webhook_secrets.split(",") if s.strip()]
+        return _split(self.local_webhook_secrets)
+
+    def webhook_secrets(self, provider: str) -> list[str]:
+        """The secrets a provider's webhooks are verified with; empty = callbacks refused.
+
+        Only Standard Webhooks signers have any: fal signs with ED25519 keys (a JWKS), which
+        the gateway does not verify, and Runway sends no webhooks."""
+        raw = {"local": self.local_webhook_secrets, "replicate": self.replicate_webhook_secrets}
+        return _split(raw.get(provider, ""))
+
+
+def _split(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]

@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pydantic import SecretStr
+
 from aigc_hub.pipelines.generation.adapters.base import ProviderAdapter
 from aigc_hub.pipelines.generation.config import GenerationSettings
 from aigc_hub.pipelines.generation.providers import Providers
@@ -41,6 +43,9 @@ def default_adapters(settings: GenerationSettings) -> list[ProviderAdapter]:
     """The adapters named by ``settings.providers``."""
     builders: dict[str, Callable[[GenerationSettings], ProviderAdapter]] = {
         "local": _local,
+        "replicate": _replicate,
+        "fal": _fal,
+        "runway": _runway,
     }
     unknown = [n for n in settings.provider_names() if n not in builders]
     if unknown:
@@ -55,6 +60,59 @@ def _local(settings: GenerationSettings) -> ProviderAdapter:
         settings.local_provider_url,
         submit_timeout_s=settings.submit_timeout_s,
         query_timeout_s=settings.query_timeout_s,
+    )
+
+
+def _api_key(settings: GenerationSettings, provider: str) -> str:
+    """The provider's API key; a provider enabled without one is a configuration error."""
+    secret: SecretStr = getattr(settings, f"{provider}_api_key")
+    if not secret.get_secret_value():
+        raise ValueError(
+            f"provider {provider!r} is enabled but AIGC_HUB_GEN_{provider.upper()}_API_KEY "
+            "is empty; set it or remove the provider from AIGC_HUB_GEN_PROVIDERS"
+        )
+    return secret.get_secret_value()
+
+
+def _hosts(value: str) -> list[str]:
+    return [h.strip() for h in value.split(",") if h.strip()]
+
+
+def _replicate(settings: GenerationSettings) -> ProviderAdapter:
+    from aigc_hub.pipelines.generation.adapters.replicate import ReplicateAdapter
+
+    return ReplicateAdapter(
+        settings.replicate_base_url,
+        _api_key(settings, "replicate"),
+        submit_timeout_s=settings.submit_timeout_s,
+        query_timeout_s=settings.query_timeout_s,
+        output_hosts=_hosts(settings.replicate_output_hosts),
+        reconcile_window_s=settings.replicate_reconcile_window_s,
+    )
+
+
+def _fal(settings: GenerationSettings) -> ProviderAdapter:
+    from aigc_hub.pipelines.generation.adapters.fal import FalAdapter
+
+    return FalAdapter(
+        settings.fal_base_url,
+        _api_key(settings, "fal"),
+        submit_timeout_s=settings.submit_timeout_s,
+        query_timeout_s=settings.query_timeout_s,
+        output_hosts=_hosts(settings.fal_output_hosts),
+    )
+
+
+def _runway(settings: GenerationSettings) -> ProviderAdapter:
+    from aigc_hub.pipelines.generation.adapters.runway import RunwayAdapter
+
+    return RunwayAdapter(
+        settings.runway_base_url,
+        _api_key(settings, "runway"),
+        submit_timeout_s=settings.submit_timeout_s,
+        query_timeout_s=settings.query_timeout_s,
+        output_hosts=_hosts(settings.runway_output_hosts),
+        api_version=settings.runway_api_version,
     )
 
 
