@@ -13,6 +13,7 @@ import contextlib
 import enum
 import importlib
 import os
+import sys
 from collections.abc import Coroutine, Iterator
 from typing import Any, NoReturn, TypeVar
 
@@ -126,6 +127,11 @@ def user_errors() -> Iterator[None]:
         yield
     except (typer.Exit, typer.Abort, typer.TyperException):
         raise
+    except BrokenPipeError:
+        # The reader went away (``aigc-hub … | head``): stop quietly, as Unix tools do.
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - flushed at exit, never read
+        raise typer.Exit(int(ExitCode.OK)) from None
     except Exception as exc:
         code = exit_code_for(exc)
         if code is None:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from aigc_hub.cli import api, common, db, dlq, provider, run, schemas, tenants, topics
+from aigc_hub.cli import api, common, db, dlq, gen, provider, run, schemas, tenants, topics
 
 # Paragraphs are single lines: the help renderer keeps line breaks as they are.
 HELP = "\n\n".join(
@@ -58,6 +58,7 @@ app.add_typer(schemas.app, name="schemas")
 app.add_typer(topics.app, name="topics")
 app.add_typer(db.app, name="db")
 app.add_typer(dlq.app, name="dlq")
+app.add_typer(gen.app, name="gen")
 app.command("up")(run.up)
 app.command("relay")(run.relay)
 app.command("worker")(run.worker)

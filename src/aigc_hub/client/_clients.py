@@ -15,6 +15,7 @@ from aigc_hub.client import _models as m
 from aigc_hub.client._core import Call, RetryPolicy
 from aigc_hub.client._errors import JobTimeout
 from aigc_hub.client._streams import AsyncStreams, SyncStreams
+from aigc_hub.client._tasks import AsyncTasks, SyncTasks
 
 T = TypeVar("T")
 
@@ -31,7 +32,7 @@ class _Base:
         )
 
 
-class HubClient(SyncStreams, _Base):
+class HubClient(SyncTasks, SyncStreams, _Base):
     """A synchronous client of the AIGC Hub HTTP API (health, admin and event routes).
 
     ``transport`` replaces the network (tests); ``timeout`` is per attempt; ``retry`` bounds
@@ -225,7 +226,7 @@ class HubClient(SyncStreams, _Base):
         return self.execute(core.audit(limit, action))
 
 
-class AsyncHubClient(AsyncStreams, _Base):
+class AsyncHubClient(AsyncTasks, AsyncStreams, _Base):
     """The asynchronous twin of :class:`HubClient` (same methods, awaited)."""
 
     def __init__(

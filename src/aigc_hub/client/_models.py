@@ -157,3 +157,47 @@ class Notification(_Model):
     status_version: int | None = None
     occurred_at_ms: int
     data: dict[str, Any] = {}
+
+
+class GenerationTask(_Model):
+    """A generation task's snapshot (``GET /v1/generation-tasks/{id}``): the facts."""
+
+    task_id: str
+    status: str
+    status_version: int
+    stage: str
+    progress: float | None = None
+    mode: str
+    model: str
+    prompt: str
+    duration_s: int
+    resolution: str
+    priority: int
+    attempts: int
+    estimated_cost: int
+    actual_cost: int | None = None
+    result_asset_ids: list[str] = []
+    failure_class: str | None = None
+    failure_code: str | None = None
+    created_at_ms: int
+    updated_at_ms: int
+    terminal_at_ms: int | None = None
+
+    @property
+    def done(self) -> bool:
+        """True once the task is SUCCEEDED, FAILED or CANCELED (it never moves again)."""
+        return self.status in ("SUCCEEDED", "FAILED", "CANCELED")
+
+
+class GenerationTaskPage(_Model):
+    """One page of tasks, newest first; pass ``next_cursor`` for the next."""
+
+    items: list[GenerationTask]
+    next_cursor: str | None = None
+
+
+class Credits(_Model):
+    """A tenant's credits: available now, and held by tasks not yet settled."""
+
+    available: int
+    reserved: int
