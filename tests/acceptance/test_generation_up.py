@@ -9,17 +9,19 @@ import json
 import os
 import re
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from aigc_hub.client import AsyncHubClient
+from aigc_hub.store.migrate import sync_url
 from tests.support.provider import ffprobe, free_port, require_ffmpeg
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,12 +41,35 @@ def _cli(env: dict[str, str], cwd: Path, *args: str) -> str:
     return done.stdout
 
 
-@pytest.fixture
-def hub_up(tmp_path: Path) -> tuple[str, dict[str, str]]:
+def _profile_env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """Embedded defaults, or the scale profile: Kafka (Tansu) + PostgreSQL + Redis."""
+    if request.param == "embedded":
+        return {"AIGC_HUB_DATABASE_URL": f"sqlite:///{tmp_path / 'var' / 'hub.db'}"}
+    from tests.integration.test_scale_profile import _pairs, _redis_db
+
+    kafka = request.getfixturevalue("kafka_endpoint")
+    return {
+        "AIGC_HUB_BROKER": "kafka",
+        "AIGC_HUB_KAFKA_BOOTSTRAP": kafka.bootstrap,
+        "AIGC_HUB_KAFKA_CONSUMER_CONFIG": _pairs(kafka.consumer_settings),
+        "AIGC_HUB_KAFKA_PRODUCER_CONFIG": _pairs(kafka.producer_settings),
+        "AIGC_HUB_DATABASE_URL": request.getfixturevalue("pg_url"),
+        "AIGC_HUB_REDIS_URL": _redis_db(),
+    }
+
+
+@pytest.fixture(
+    params=[
+        "embedded",
+        pytest.param("scale", marks=[pytest.mark.kafka, pytest.mark.postgres, pytest.mark.redis]),
+    ]
+)
+def hub_up(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     require_ffmpeg()
     api_port, provider_port = free_port(), free_port()
     env = {
         **os.environ,
+        **_profile_env(request, tmp_path),
         "AIGC_HUB_BUILTIN_PIPELINES": "generation",
         "AIGC_HUB_API_PORT": str(api_port),
         "AIGC_HUB_GEN_LOCAL_PROVIDER_URL": f"http://127.0.0.1:{provider_port}",
@@ -128,17 +153,24 @@ def test_up_generates_fifty_videos_for_three_tenants(
     )
     assert shown["status"] == "SUCCEEDED"
 
-    db = sqlite3.connect(tmp_path / "var" / "hub.db")
+    engine = sa.create_engine(sync_url(env["AIGC_HUB_DATABASE_URL"]))
+    db = engine.connect()
     ledger = db.execute(
-        "SELECT task_id, type, count(*) FROM credit_ledger WHERE task_id IS NOT NULL "
-        "GROUP BY task_id, type"
-    ).fetchall()
+        sa.text(
+            "SELECT task_id, type, count(*) FROM credit_ledger WHERE task_id IS NOT NULL "
+            "GROUP BY task_id, type"
+        )
+    ).all()
     per_task: dict[str, dict[str, int]] = {}
     for task_id, kind, n in ledger:
         per_task.setdefault(task_id, {})[kind] = n
     assert {t: per_task.get(t) for t in ids} == {t: {"RESERVE": 1, "SETTLE": 1} for t in ids}
-    keys_of = dict(db.execute("SELECT task_id, object_key FROM assets").fetchall())
+    keys_of = {
+        r.task_id: r.object_key
+        for r in db.execute(sa.text("SELECT task_id, object_key FROM assets")).all()
+    }
     db.close()
+    engine.dispose()
     for task_id in ids:
         info = ffprobe(tmp_path / "var" / "blobs" / "objects" / keys_of[task_id])
         assert (info["codec_name"], info["width"], info["height"]) == ("h264", 160, 90)
