@@ -131,3 +131,44 @@ async def test_other_tenants_task_is_not_found_and_bad_requests_are_named(
         assert bad.json()["errors"][0]["field"] == "body.model"
         await a.aclose()
         await b.aclose()
+
+
+async def test_every_transition_and_progress_step_reaches_the_tenants_event_stream(
+    sqlite_url: str, tmp_path: Path, provider: ProviderServer
+) -> None:
+    from aigc_hub.client import AsyncHubClient
+
+    provider.faults(render_seconds=0.3)
+    broker = make_broker("embedded", tmp_path)
+    async with generation_stack(sqlite_url, broker, provider, tmp_path) as stack:
+        key = await stack.tenant("acme")
+        seen: list[tuple[str | None, float | None]] = []
+        foreign: list[str] = []
+
+        async def listen(client: AsyncHubClient, into: list[Any], until: str | None) -> None:
+            async for event in client.events():
+                if event.kind == "notification" and event.notification is not None:
+                    note = event.notification
+                    into.append((note.status, note.progress) if until else note.subject_id)
+                    if until and note.status == until and note.kind == "status":
+                        return
+
+        async with (
+            AsyncHubClient(stack.api_url, api_key=key) as mine,
+            AsyncHubClient(stack.api_url, api_key=(await stack.tenant("initech"))) as stranger,
+        ):
+            listening = asyncio.create_task(listen(mine, seen, "SUCCEEDED"))
+            snooping = asyncio.create_task(listen(stranger, foreign, None))
+            await asyncio.sleep(0.5)  # subscribed
+            task = await mine.create_task(
+                model="local-v1", prompt="p", duration_s=1, resolution="160x90"
+            )
+            await asyncio.wait_for(listening, 60)
+            snooping.cancel()
+        statuses = [s for s, _ in seen]
+        for expected in ("QUEUED", "DISPATCHING", "RUNNING", "OUTPUT_FETCHING", "SUCCEEDED"):
+            assert expected in statuses, seen
+        assert statuses.index("QUEUED") < statuses.index("SUCCEEDED")
+        assert any(p is not None and 0 < p < 1 for _, p in seen), seen  # progress steps
+        assert foreign == [], "another tenant saw this tenant's notifications"
+        assert task.status == "QUEUED"

@@ -73,6 +73,10 @@ class GenerationSettings(BaseSettings):
     slots_provider: int = Field(32, description="provider jobs in flight per provider")
     slots_model: int = Field(32, description="provider jobs in flight per provider model")
     slot_ttl_s: float = Field(120.0, description="slot lease life; renewed by the slot scanner")
+    tenant_weights: str = Field(
+        "",
+        description="fair-share weights, 'tenant_id=2,other=0.5'; unlisted tenants weigh 1",
+    )
     aging_per_priority_s: float = Field(
         30.0, description="waiting this long raises a task's priority by one step"
     )
@@ -91,6 +95,22 @@ class GenerationSettings(BaseSettings):
 
     max_output_bytes: int = Field(2 * 1024**3, description="largest output accepted")
     max_attempts: int = Field(3, description="attempts per task (confirmed non-acceptance only)")
+
+    def weights(self) -> dict[str, float]:
+        """``tenant_weights`` as a mapping; a malformed entry raises ValueError naming it."""
+        found: dict[str, float] = {}
+        for entry in (e.strip() for e in self.tenant_weights.split(",")):
+            if not entry:
+                continue
+            tenant, sep, value = entry.partition("=")
+            try:
+                weight = float(value)
+            except ValueError:
+                weight = -1.0
+            if not sep or not tenant.strip() or weight <= 0:
+                raise ValueError(f"AIGC_HUB_GEN_TENANT_WEIGHTS: bad entry {entry!r}")
+            found[tenant.strip()] = weight
+        return found
 
     def provider_names(self) -> list[str]:
         return [p.strip() for p in self.providers.split(",") if p.strip()]

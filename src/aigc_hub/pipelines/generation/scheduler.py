@@ -3,8 +3,9 @@
 A pass reads the queue from the database (the queue *is* the QUEUED rows) and dispatches
 in fair order until slots run out:
 
-* across tenants, the tenant with the fewest tasks at providers goes next (weighted fair
-  share with weight 1), so a tenant that floods the queue cannot starve another;
+* across tenants, the tenant with the fewest tasks at providers per unit of weight goes next
+  (weighted fair share, ``AIGC_HUB_GEN_TENANT_WEIGHTS``; weight 1 by default), so a tenant
+  that floods the queue cannot starve another;
 * within a tenant, the highest effective priority, where waiting raises priority by one
   step every ``aging_per_priority_s`` (low priority is delayed, never starved);
 * a task whose level is full stays QUEUED; nothing busy-loops: passes run when a task is
@@ -54,9 +55,16 @@ class Queued:
 
 
 def fair_order(
-    queued: list[Queued], active: Mapping[str, int], now_ms: int, aging_ms: float
+    queued: list[Queued],
+    active: Mapping[str, int],
+    now_ms: int,
+    aging_ms: float,
+    weights: Mapping[str, float] | None = None,
 ) -> list[Queued]:
-    """``queued`` in dispatch order: fewest-active tenant first, then effective priority."""
+    """``queued`` in dispatch order: the tenant with the least active work per unit of weight
+    first (weighted fair share; weight 1 unless ``weights`` says otherwise), then effective
+    priority within a tenant."""
+    weight = {t: max((weights or {}).get(t, 1.0), 0.001) for t in {q.tenant_id for q in queued}}
     per_tenant: dict[str, list[tuple[float, int, str, Queued]]] = {}
     for q in queued:
         effective = q.priority + (now_ms - q.queued_at) / aging_ms
@@ -64,8 +72,8 @@ def fair_order(
     for items in per_tenant.values():
         items.sort()
     load = Counter({t: active.get(t, 0) for t in per_tenant})
-    # Min-heap of (tenant load, oldest waiting task's age rank, tenant).
-    heap = [(load[t], items[0][1], t) for t, items in per_tenant.items()]
+    # Min-heap of (tenant load per weight, its next task's queue time, tenant).
+    heap = [(load[t] / weight[t], items[0][1], t) for t, items in per_tenant.items()]
     heapq.heapify(heap)
     cursor = {t: 0 for t in per_tenant}
     out: list[Queued] = []
@@ -76,7 +84,7 @@ def fair_order(
         cursor[tenant] += 1
         load[tenant] += 1
         if cursor[tenant] < len(items):
-            heapq.heappush(heap, (load[tenant], items[cursor[tenant]][1], tenant))
+            heapq.heappush(heap, (load[tenant] / weight[tenant], items[cursor[tenant]][1], tenant))
     return out
 
 
@@ -127,6 +135,7 @@ async def _pass(hub: Hub, gen: Generation) -> int:
         active,
         now,
         gen.settings.aging_per_priority_s * 1000,
+        gen.settings.weights(),
     )
     dispatched = 0
     full_tenants: set[str] = set()

@@ -1,0 +1,65 @@
+"""The credit ledger on SQLite and PostgreSQL: one row per business key, a balance that is
+the ledger's sum, and reservations that never overdraw under concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from aigc_hub.pipelines.generation import ledger
+from aigc_hub.pipelines.generation.models import credit_ledger
+
+
+async def test_each_action_happens_once_and_the_balance_is_the_ledger_sum(db: AsyncEngine) -> None:
+    async with db.begin() as conn:
+        assert await ledger.grant(conn, tenant_id="t", amount=100, grant_id="g1", now_ms=1)
+        assert not await ledger.grant(conn, tenant_id="t", amount=100, grant_id="g1", now_ms=2)
+        await ledger.reserve(conn, tenant_id="t", task_id="task-1", amount=30, now_ms=3)
+        await ledger.reserve(conn, tenant_id="t", task_id="task-2", amount=30, now_ms=3)
+        assert await ledger.settle(
+            conn, tenant_id="t", task_id="task-1", reserved=30, actual=20, now_ms=4
+        )
+        assert not await ledger.settle(
+            conn, tenant_id="t", task_id="task-1", reserved=30, actual=20, now_ms=5
+        )
+        assert await ledger.release(conn, tenant_id="t", task_id="task-2", reserved=30, now_ms=6)
+        assert not await ledger.release(
+            conn, tenant_id="t", task_id="task-2", reserved=30, now_ms=7
+        )
+        balance = await ledger.balance(conn, "t")
+    assert balance == ledger.Balance(available=80, reserved=0, ledger_sum=80)
+
+
+async def test_too_few_credits_is_refused_with_nothing_written(db: AsyncEngine) -> None:
+    async with db.begin() as conn:
+        await ledger.grant(conn, tenant_id="t", amount=10, grant_id="g", now_ms=1)
+    with pytest.raises(ledger.InsufficientCredits) as caught:
+        async with db.begin() as conn:
+            await ledger.reserve(conn, tenant_id="t", task_id="big", amount=11, now_ms=2)
+    assert (caught.value.available, caught.value.required) == (10, 11)
+    async with db.connect() as conn:
+        rows = (await conn.execute(sa.select(credit_ledger.c.type))).scalars().all()
+        assert rows == ["GRANT"]
+        assert (await ledger.balance(conn, "t")).available == 10
+
+
+async def test_concurrent_reservations_never_overdraw(db: AsyncEngine) -> None:
+    async with db.begin() as conn:
+        await ledger.grant(conn, tenant_id="t", amount=50, grant_id="g", now_ms=1)
+
+    async def try_reserve(n: int) -> bool:
+        try:
+            async with db.begin() as conn:
+                await ledger.reserve(conn, tenant_id="t", task_id=f"task-{n}", amount=10, now_ms=2)
+            return True
+        except ledger.InsufficientCredits:
+            return False
+
+    results = await asyncio.gather(*(try_reserve(n) for n in range(12)))
+    assert results.count(True) == 5
+    async with db.connect() as conn:
+        balance = await ledger.balance(conn, "t")
+    assert balance == ledger.Balance(available=0, reserved=50, ledger_sum=0)
