@@ -29,8 +29,17 @@ async def test_each_action_happens_once_and_the_balance_is_the_ledger_sum(db: As
         assert not await ledger.release(
             conn, tenant_id="t", task_id="task-2", reserved=30, now_ms=7
         )
+        assert await ledger.refund(
+            conn, tenant_id="t", refund_id="r1", amount=5, now_ms=8, task_id="task-1"
+        )
+        assert not await ledger.refund(
+            conn, tenant_id="t", refund_id="r1", amount=5, now_ms=9, task_id="task-1"
+        )
+        assert await ledger.compensate(
+            conn, tenant_id="t", compensation_id="c1", amount=7, now_ms=9
+        )
         balance = await ledger.balance(conn, "t")
-    assert balance == ledger.Balance(available=80, reserved=0, ledger_sum=80)
+    assert balance == ledger.Balance(available=92, reserved=0, ledger_sum=92)
 
 
 async def test_too_few_credits_is_refused_with_nothing_written(db: AsyncEngine) -> None:

@@ -235,6 +235,29 @@ async def refund(
     )
 
 
+async def compensate(
+    conn: AsyncConnection,
+    *,
+    tenant_id: str,
+    compensation_id: str,
+    amount: int,
+    now_ms: int,
+    task_id: str | None = None,
+) -> bool:
+    """Credit a tenant for a platform failure (a goodwill or SLA credit, seed §3.8.5): never
+    an edit of an old row, always a new one; one per ``compensation_id``."""
+    return await _append(
+        conn,
+        kind=EntryType.COMPENSATE,
+        business_id=compensation_id,
+        tenant_id=tenant_id,
+        task_id=task_id,
+        amount=amount,
+        delta=amount,
+        now_ms=now_ms,
+    )
+
+
 async def balance(conn: AsyncConnection, tenant_id: str) -> Balance:
     """The tenant's available credits, open reservations, and the ledger's own sum."""
     available = (
