@@ -246,3 +246,47 @@ async def test_a_flooding_tenant_does_not_starve_another(
         assert len(a_ids) == 500
         await a.aclose()
         await b.aclose()
+
+
+async def test_slot_permits_lost_by_the_cache_are_rebuilt_from_the_database(
+    sqlite_url: str, tmp_path: Path, provider: ProviderServer
+) -> None:
+    from aigc_hub.cache.base import Lease
+    from aigc_hub.pipelines.generation.scanners import SlotScanner
+
+    provider.faults(render_seconds=4)
+    async with generation_stack(
+        sqlite_url, make_broker("embedded", tmp_path), provider, tmp_path
+    ) as stack:
+        client = stack.client(await stack.tenant("acme"))
+        ids = [(await submit(client))["task_id"] for _ in range(2)]
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:
+            states = [(await client.get(f"/v1/generation-tasks/{t}")).json()["status"] for t in ids]
+            if set(states) == {"RUNNING"}:
+                break
+            assert asyncio.get_running_loop().time() < deadline, states
+            await asyncio.sleep(0.1)
+        leases = stack.hub.cache.leases
+        async with stack.hub.engine.connect() as conn:
+            held = {
+                r.id: list(r.slots)
+                for r in await conn.execute(sa.select(task_attempts.c.id, task_attempts.c.slots))
+            }
+        assert all(len(names) == 4 for names in held.values())
+        for owner, names in held.items():  # the cache forgets them (restart, eviction)
+            for name in names:
+                holder = await leases.holder(name)
+                assert holder is not None and holder[0] == owner
+                await leases.release(Lease(name, owner, holder[1], 0, 1))
+                assert await leases.holder(name) is None
+        scanner = SlotScanner(stack.hub)
+        for finding in await scanner.find(stack.hub.clock.now_ms()):
+            await scanner.repair(finding, stack.hub.clock.now_ms())
+        for owner, names in held.items():
+            for name in names:
+                holder = await leases.holder(name)
+                assert holder is not None and holder[0] == owner, name
+        done = await wait_terminal(client, ids, timeout_s=60)
+        assert {s["status"] for s in done.values()} == {"SUCCEEDED"}
+        await client.aclose()

@@ -172,3 +172,33 @@ async def test_every_transition_and_progress_step_reaches_the_tenants_event_stre
         assert any(p is not None and 0 < p < 1 for _, p in seen), seen  # progress steps
         assert foreign == [], "another tenant saw this tenant's notifications"
         assert task.status == "QUEUED"
+
+
+async def test_eight_concurrent_identical_creates_make_one_task_and_one_reservation(
+    db_url: str, tmp_path: Path, provider: ProviderServer
+) -> None:
+    async with generation_stack(
+        db_url, make_broker("memory", tmp_path), provider, tmp_path
+    ) as stack:
+        client = stack.client(await stack.tenant("acme"))
+        headers = {"Idempotency-Key": "same-key"}
+        answers = await asyncio.gather(
+            *(client.post("/v1/generation-tasks", json=body(), headers=headers) for _ in range(8)),
+        )
+        created = [a for a in answers if a.status_code == 201]
+        assert created and {a.status_code for a in answers} <= {201, 409}
+        assert len({a.json()["task_id"] for a in created}) == 1
+        retry = await client.post("/v1/generation-tasks", json=body(), headers=headers)
+        assert retry.status_code == 201 and retry.json()["task_id"] == created[0].json()["task_id"]
+        other = await client.post(
+            "/v1/generation-tasks", json=body(prompt="different"), headers=headers
+        )
+        assert other.status_code == 422
+        async with stack.hub.engine.connect() as conn:
+            reserves = (
+                await conn.execute(
+                    sa.select(sa.func.count()).where(credit_ledger.c.type == "RESERVE")
+                )
+            ).scalar_one()
+        assert reserves == 1
+        await client.aclose()
