@@ -72,3 +72,45 @@ async def test_concurrent_reservations_never_overdraw(db: AsyncEngine) -> None:
     async with db.connect() as conn:
         balance = await ledger.balance(conn, "t")
     assert balance == ledger.Balance(available=0, reserved=50, ledger_sum=0)
+
+
+async def test_the_ledger_scanner_flags_an_open_reservation_of_a_finished_task(
+    db_url: str,
+) -> None:
+    from aigc_hub.messaging.memory import MemoryBroker
+    from aigc_hub.pipelines.generation import services, wiring
+    from aigc_hub.pipelines.generation.config import GenerationSettings
+    from aigc_hub.pipelines.generation.models import generation_tasks
+    from aigc_hub.pipelines.generation.pipeline import pipeline as generation
+    from aigc_hub.pipelines.generation.scanners import LedgerScanner
+    from aigc_hub.reliability.scanners import ScannerRunner
+    from aigc_hub.store.tables import audit_log
+    from tests.support.hubs import hub_for
+
+    async with hub_for(db_url, MemoryBroker(), [generation]) as hub:
+        wiring.install(hub, wiring.build(hub, GenerationSettings()))
+        await services.grant_credits(hub, tenant_id="t", amount=100, grant_id="g")
+        body = services.CreateTask(model="local-v1", prompt="p", duration_s=1, resolution="160x90")
+        task = await services.create_task(hub, tenant_id="t", body=body, idempotency_key="k")
+        # a bug elsewhere ends the task without closing its reservation
+        async with hub.engine.begin() as conn:
+            await conn.execute(
+                sa.update(generation_tasks)
+                .where(generation_tasks.c.id == task["task_id"])
+                .values(status="FAILED", terminal_at=0)
+            )
+        scanner = LedgerScanner(hub)
+        findings = await scanner.find(hub.clock.now_ms())
+        assert [f.target for f in findings] == [task["task_id"]]
+        await ScannerRunner(hub.engine, hub.leases, hub.clock, [scanner]).run_once()
+        async with hub.engine.connect() as conn:
+            flagged = (
+                await conn.execute(
+                    sa.select(audit_log.c.target, audit_log.c.result).where(
+                        audit_log.c.action == "scan.generation-ledger"
+                    )
+                )
+            ).all()
+        assert [(r.target, r.result) for r in flagged] == [
+            (task["task_id"], "flagged_open_reservation")
+        ]
