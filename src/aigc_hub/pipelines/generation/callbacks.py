@@ -8,8 +8,9 @@ asynchronous: the archived delivery becomes one ``StatusObserved`` in the same t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
+import pydantic
 import sqlalchemy as sa
 from fastapi import APIRouter, Request
 
@@ -23,6 +24,13 @@ from aigc_hub.store.dialects import dialect_of
 
 router = APIRouter(prefix="/callbacks", tags=["callbacks"])
 
+
+class CallbackAck(pydantic.BaseModel):
+    """What became of a delivery: applied later (accepted), already seen, or not matched yet."""
+
+    status: Literal["accepted", "duplicate", "unmatched"]
+
+
 #: Largest webhook body accepted (provider job JSON is small).
 MAX_BODY = 256 * 1024
 
@@ -30,6 +38,7 @@ MAX_BODY = 256 * 1024
 @router.post(
     "/{provider}",
     status_code=202,
+    response_model=CallbackAck,
     summary="Receive a provider webhook",
     description="Standard Webhooks signature required (webhook-id, webhook-timestamp, "
     "webhook-signature). Duplicates are acknowledged and ignored.",

@@ -32,6 +32,7 @@ def _not_found() -> Problem:
 @router.post(
     "",
     status_code=201,
+    response_model=services.TaskSnapshot,
     summary="Create a generation task",
     description="Validates, estimates the cost, reserves credits and queues the task in one "
     "transaction; answers the task snapshot (status QUEUED). Requires Idempotency-Key.",
@@ -79,7 +80,12 @@ async def create_task(
     return task
 
 
-@router.get("/{task_id}", summary="Read a task's snapshot", responses=_TASK_ERRORS)
+@router.get(
+    "/{task_id}",
+    response_model=services.TaskSnapshot,
+    summary="Read a task's snapshot",
+    responses=_TASK_ERRORS,
+)
 async def get_task(task_id: str, request: Request, who: limits.LimitedTenant) -> dict[str, Any]:
     assert who.tenant_id is not None
     try:
@@ -92,6 +98,7 @@ async def get_task(task_id: str, request: Request, who: limits.LimitedTenant) ->
 
 @router.get(
     "",
+    response_model=services.TaskPage,
     summary="List tasks, newest first",
     responses={**_COMMON, 400: {"description": "unknown cursor"}},
 )
@@ -119,6 +126,7 @@ async def list_tasks(
 @router.post(
     "/{task_id}/cancel",
     status_code=202,
+    response_model=services.TaskSnapshot,
     summary="Cancel a task",
     description="A QUEUED task ends CANCELED at once; a task at a provider moves to "
     "CANCEL_REQUESTED until the provider confirms (it may still succeed). Repeatable.",
@@ -137,7 +145,7 @@ async def cancel_task(task_id: str, request: Request, who: limits.LimitedTenant)
 
 
 @credits_router.get("", summary="The tenant's credits", responses=_COMMON)
-async def get_credits(request: Request, who: limits.LimitedTenant) -> dict[str, int]:
+async def get_credits(request: Request, who: limits.LimitedTenant) -> services.CreditBalance:
     assert who.tenant_id is not None
     found = await services.credit_balance(auth.hub_of(request), who.tenant_id)
-    return {"available": found.available, "reserved": found.reserved}
+    return services.CreditBalance(available=found.available, reserved=found.reserved)

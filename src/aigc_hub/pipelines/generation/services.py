@@ -61,6 +61,74 @@ class CreateTask(pydantic.BaseModel):
     project_id: str | None = pydantic.Field(None, max_length=36)
 
 
+class TaskSnapshot(pydantic.BaseModel):
+    """A task as its tenant sees it: facts only, never a provider's raw error or a URL."""
+
+    model_config = pydantic.ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "task_id": "0193a1b2-7c3d-7e4f-8a9b-0c1d2e3f4a5b",
+                    "status": "RUNNING",
+                    "status_version": 3,
+                    "stage": "generating",
+                    "progress": 0.5,
+                    "mode": "text_to_video",
+                    "model": "local-v1",
+                    "prompt": "a paper boat on a rainy street, 一只纸船",
+                    "duration_s": 2,
+                    "resolution": "320x180",
+                    "priority": 50,
+                    "attempts": 1,
+                    "estimated_cost": 4,
+                    "actual_cost": None,
+                    "result_asset_ids": [],
+                    "failure_class": None,
+                    "failure_code": None,
+                    "created_at_ms": 1764460800000,
+                    "updated_at_ms": 1764460803000,
+                    "terminal_at_ms": None,
+                }
+            ]
+        }
+    )
+
+    task_id: str
+    status: str = pydantic.Field(description="QUEUED … SUCCEEDED | FAILED | CANCELED")
+    status_version: int = pydantic.Field(description="grows with every transition")
+    stage: str = pydantic.Field(description="queued, generating, fetching_output, done…")
+    progress: float | None = pydantic.Field(None, ge=0, le=1)
+    mode: str
+    model: str
+    prompt: str
+    duration_s: int
+    resolution: str
+    priority: int
+    attempts: int
+    estimated_cost: int = pydantic.Field(description="credits reserved at creation")
+    actual_cost: int | None = pydantic.Field(None, description="credits charged, once known")
+    result_asset_ids: list[str]
+    failure_class: str | None = None
+    failure_code: str | None = None
+    created_at_ms: int
+    updated_at_ms: int
+    terminal_at_ms: int | None = None
+
+
+class TaskPage(pydantic.BaseModel):
+    """Tasks newest first; ``next_cursor`` fetches the next page (None on the last)."""
+
+    items: list[TaskSnapshot]
+    next_cursor: str | None = None
+
+
+class CreditBalance(pydantic.BaseModel):
+    """Available credits, and credits held by tasks not yet settled or released."""
+
+    available: int
+    reserved: int
+
+
 class TaskNotFound(LookupError):
     """No task with this id for this tenant (another tenant's ids look the same)."""
 
