@@ -239,10 +239,11 @@ async def test_a_flooding_tenant_does_not_starve_another(
                 f"start order after that: {''.join(after[:24])}"
             )
         # Fair share: the tenant with fewer tasks at providers goes next, so B starts within
-        # the next freed slots and then gets at least every other slot (equal weights) until
+        # the next few freed slots (a pass already under way may still place its A tasks in
+        # the 4 platform slots) and then gets at least every other slot (equal weights) until
         # its tasks are all running, never waiting behind A's backlog of hundreds.
-        assert "B" in after[:2], "".join(after[:24])
-        assert after[: 2 * waiting + 2].count("B") >= waiting, "".join(after[:24])
+        assert "B" in after[:4], "".join(after[:24])
+        assert after[: 2 * waiting + 4].count("B") >= waiting, "".join(after[:24])
         assert len(a_ids) == 500
         await a.aclose()
         await b.aclose()
