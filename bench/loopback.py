@@ -144,6 +144,14 @@ def api_server(port: int, *, dispatch: bool) -> list[str]:
     return args + (["--dispatch"] if dispatch else [])
 
 
+def profiled(command: list[str], report: Path | None) -> list[str]:
+    """``command`` (a Python script) under pyinstrument writing a text report to ``report``;
+    unchanged when ``report`` is None."""
+    if report is None:
+        return command
+    return [sys.executable, "-m", "pyinstrument", "-o", str(report), "-r", "text", *command[1:]]
+
+
 def create_tenant(name: str, env: Mapping[str, str]) -> tuple[str, str]:
     """``aigc-hub tenants create NAME`` in a subprocess; returns (tenant id, API key)."""
     out = subprocess.run(

@@ -170,15 +170,6 @@ async def load(args: argparse.Namespace, api: loopback.Process, port: int, keys:
         saturation.report(f"  ({args.concurrency} clients back to back)")
 
 
-def api_command(args: argparse.Namespace, port: int) -> list[str]:
-    """The API's command line; under pyinstrument when ``--profile-api`` names a file."""
-    command = loopback.api_server(port, dispatch=False)
-    if args.profile_api is None:
-        return command
-    out = ["-o", str(args.profile_api), "-r", "text", "--show-all"]
-    return [sys.executable, "-m", "pyinstrument", *out, *command[1:]]
-
-
 def main(args: argparse.Namespace) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="aigc-bench-submit-"))
     with loopback.scratch_database(args.database_url, workdir) as url:
@@ -202,7 +193,11 @@ def main(args: argparse.Namespace) -> None:
         )
         print(f"before: {loopback.machine_load()}")
         port = loopback.free_port()
-        with loopback.child(api_command(args, port), env, workdir / "api.log") as api:
+        with loopback.child(
+            loopback.profiled(loopback.api_server(port, dispatch=False), args.profile_api),
+            env,
+            workdir / "api.log",
+        ) as api:
             loopback.wait_healthy(api, f"http://127.0.0.1:{port}/healthz", "the API")
             asyncio.run(load(args, api, port, [k for _, k in tenants]))
         if args.profile_api:
