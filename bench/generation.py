@@ -92,8 +92,9 @@ def backends(args: argparse.Namespace, workdir: Path) -> Iterator[Backends]:
             endpoint = tansu.KafkaEndpoint(args.kafka, tansu.KAFKA_CONSUMER_SETTINGS, {})
         else:
             endpoint = stack.enter_context(tansu.kafka_for_tests())
-        # Slot leases and limiter buckets of an earlier run must not count in this one.
+        # Slot leases and limiter buckets of another run must not count in this one.
         asyncio.run(_clear_redis(args.redis_url))
+        stack.callback(lambda: asyncio.run(_clear_redis(args.redis_url)))
         env = {
             "AIGC_HUB_BROKER": "kafka",
             "AIGC_HUB_KAFKA_BOOTSTRAP": endpoint.bootstrap,
@@ -363,7 +364,7 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--tasks", type=int, default=1000)
     ap.add_argument("--tenants", type=int, default=4)
     ap.add_argument("--concurrency", type=int, default=16, help="concurrent submitters")
-    ap.add_argument("--max-seconds", type=float, default=300.0, help="give up waiting after")
+    ap.add_argument("--max-seconds", type=float, default=600.0, help="give up waiting after")
     ap.add_argument(
         "--database-url",
         default=None,

@@ -160,6 +160,7 @@ async def load(args: argparse.Namespace, api: loopback.Process, port: int, keys:
         target = Target(client, keys, secrets.token_hex(4))
         warm = Phase("warm-up")
         await closed_loop(target, warm, 8, min(args.seconds, 3.0))
+        print(f"warm-up     {len(warm.latencies_ms)} requests (not counted)")
         latency = Phase("latency")
         with measured(latency, api.pid):
             await open_loop(target, latency, args.rate, args.seconds)
