@@ -9,12 +9,13 @@ from settings, the per-tenant limit raised; the limiter still runs on every requ
 started with ``aigc-hub api``. The load generator runs in this process on httpx keep-alive
 connections; every request has its own Idempotency-Key.
 
-Phases, each bounded in count and time:
+Phases, each on a fresh API process (same database) and bounded in count and time:
 
-* warm-up: a few hundred requests, not counted;
-* latency: open loop at ``--rate`` requests/s for ``--seconds``; request i is scheduled at
-  start + i/rate and its latency counts from that scheduled time, so queueing behind a slow
-  request is not hidden (no coordinated omission);
+* warm-up: 3 s of requests from 8 clients, not counted;
+* latency: open loop at ``--rate`` requests/s for ``--seconds``; request i is due at
+  start + i/rate, ``--connections`` senders take the next due request, and its latency counts
+  from the due time, so queueing behind a slow request is not hidden (no coordinated
+  omission);
 * saturation: closed loop, ``--concurrency`` clients back to back for ``--seconds``.
 
     python bench/submit.py                       # embedded defaults: SQLite (+ embedded log)
@@ -120,24 +121,30 @@ def measured(phase: Phase, api_pid: int) -> Iterator[None]:
     phase.bench_cpu_s = time.process_time() - bench0
 
 
-async def open_loop(target: Target, phase: Phase, rate: float, seconds: float) -> None:
-    """Start request i at start + i/rate whatever the earlier ones are doing."""
+async def open_loop(
+    target: Target, phase: Phase, rate: float, seconds: float, connections: int
+) -> None:
+    """Request i is due at start + i/rate; ``connections`` senders take the next due request
+    (as wrk2 does). A sender busy past a due time sends at once, and the latency still counts
+    from the due time, so queueing is measured, not omitted. Requests not started 30 s after
+    the schedule ends are counted as ``unsent``."""
     total = int(rate * seconds)
     start = time.perf_counter() + 0.01
-    running: set[asyncio.Task[None]] = set()
-    for i in range(total):
-        scheduled = start + i / rate
-        delay = scheduled - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        task = asyncio.create_task(target.create(phase, i, scheduled))
-        running.add(task)
-        task.add_done_callback(running.discard)
-    if running:  # bounded: the client's timeout ends almost every request by then
-        await asyncio.wait(running, timeout=30)
-    for task in list(running):
-        task.cancel()
-        phase.errors["unfinished"] += 1
+    give_up = start + seconds + 30
+    due = iter(range(total))
+
+    async def sender() -> None:
+        for i in due:
+            scheduled = start + i / rate
+            delay = scheduled - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            elif time.perf_counter() > give_up:
+                phase.errors["unsent"] += 1
+                continue
+            await target.create(phase, i, scheduled)
+
+    await asyncio.gather(*(sender() for _ in range(connections)))
 
 
 async def closed_loop(target: Target, phase: Phase, clients: int, seconds: float) -> None:
@@ -152,7 +159,10 @@ async def closed_loop(target: Target, phase: Phase, clients: int, seconds: float
     await asyncio.gather(*(sender() for _ in range(clients)))
 
 
-async def load(args: argparse.Namespace, api: loopback.Process, port: int, keys: list[str]) -> None:
+async def run_phase(
+    args: argparse.Namespace, api: loopback.Process, port: int, keys: list[str], name: str
+) -> None:
+    """Warm the API up, then measure one phase (``latency`` or ``saturation``)."""
     limits = httpx.Limits(max_connections=args.connections, max_keepalive_connections=None)
     async with httpx.AsyncClient(
         base_url=f"http://127.0.0.1:{port}", limits=limits, timeout=10.0, trust_env=False
@@ -160,15 +170,24 @@ async def load(args: argparse.Namespace, api: loopback.Process, port: int, keys:
         target = Target(client, keys, secrets.token_hex(4))
         warm = Phase("warm-up")
         await closed_loop(target, warm, 8, min(args.seconds, 3.0))
-        print(f"warm-up     {len(warm.latencies_ms)} requests (not counted)")
-        latency = Phase("latency")
-        with measured(latency, api.pid):
-            await open_loop(target, latency, args.rate, args.seconds)
-        latency.report(f"  (open loop at {args.rate:g}/s for {args.seconds:g} s)")
-        saturation = Phase("saturation")
-        with measured(saturation, api.pid):
-            await closed_loop(target, saturation, args.concurrency, args.seconds)
-        saturation.report(f"  ({args.concurrency} clients back to back)")
+        phase = Phase(name)
+        with measured(phase, api.pid):
+            if name == "latency":
+                await open_loop(target, phase, args.rate, args.seconds, args.connections)
+            else:
+                await closed_loop(target, phase, args.concurrency, args.seconds)
+        how = (
+            f"open loop at {args.rate:g}/s for {args.seconds:g} s"
+            if name == "latency"
+            else f"{args.concurrency} clients back to back for {args.seconds:g} s"
+        )
+        phase.report(f"  ({how}; after {len(warm.latencies_ms)} warm-up requests)")
+
+
+def profile_path(args: argparse.Namespace, phase: str) -> Path | None:
+    """Where the API's pyinstrument report of ``phase`` goes (None: not profiled)."""
+    report: Path | None = args.profile_api
+    return report.with_name(f"{report.stem}-{phase}{report.suffix}") if report else None
 
 
 def main(args: argparse.Namespace) -> None:
@@ -193,16 +212,18 @@ def main(args: argparse.Namespace) -> None:
             f"{loopback.RAISED_RATE_LIMIT:g}/s; {args.connections} keep-alive connections"
         )
         print(f"before: {loopback.machine_load()}")
-        port = loopback.free_port()
-        with loopback.child(
-            loopback.profiled(loopback.api_server(port, dispatch=False), args.profile_api),
-            env,
-            workdir / "api.log",
-        ) as api:
-            loopback.wait_healthy(api, f"http://127.0.0.1:{port}/healthz", "the API")
-            asyncio.run(load(args, api, port, [k for _, k in tenants]))
-        if args.profile_api:
-            print(f"API profile written to {args.profile_api}")
+        # A fresh API process per phase (same database): an overloaded latency phase leaves
+        # abandoned requests behind that would slow the next phase down.
+        for name in ("latency", "saturation"):
+            port = loopback.free_port()
+            command = loopback.api_server(port, dispatch=False)
+            log = workdir / f"api-{name}.log"
+            command = loopback.profiled(command, profile_path(args, name))
+            with loopback.child(command, env, log) as api:
+                loopback.wait_healthy(api, f"http://127.0.0.1:{port}/healthz", "the API")
+                asyncio.run(run_phase(args, api, port, [k for _, k in tenants], name))
+            if args.profile_api:
+                print(f"{'':<11} API profile written to {profile_path(args, name)}")
 
 
 def parse() -> argparse.Namespace:
