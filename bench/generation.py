@@ -82,7 +82,8 @@ def backends(args: argparse.Namespace, workdir: Path) -> Iterator[Backends]:
     Kafka (a fresh Tansu, or ``--kafka``) and Redis (``--redis-url``)."""
     if args.profile == "embedded":
         with loopback.scratch_database(args.database_url, workdir) as url:
-            yield Backends("SQLite + embedded log + in-process cache", url, {})
+            store = "PostgreSQL" if url.startswith("postgresql") else "SQLite"
+            yield Backends(f"{store} + embedded log + in-process cache", url, {})
         return
     from aigc_hub.testing import tansu
 
@@ -309,17 +310,48 @@ def report(
     print(f"after:      {loopback.machine_load()}")
 
 
-def cpu_of(process: loopback.Process) -> float:
-    """CPU seconds of the provider: ``provider serve`` is a single process."""
-    return loopback.cpu_seconds(process.pid)
+@dataclass(frozen=True)
+class Ports:
+    """Loopback ports of the provider and of the hub's API."""
+
+    provider: int
+    api: int
+
+
+def run_stack(
+    args: argparse.Namespace, backend: Backends, env: dict[str, str], ports: Ports, keys: list[str]
+) -> tuple[Submitted, dict[str, object], dict[str, float]]:
+    """Start the provider and the hub, submit the burst, wait, probe the idle hub, read the
+    database; both processes are stopped on the way out. Returns what was seen, the
+    outcome and the CPU seconds each process used during the burst."""
+    workdir = Path(env["AIGC_HUB_DATA_DIR"])
+    provider_cmd = provider_command(ports.provider, workdir / "provider")
+    hub_cmd = loopback.profiled(loopback.api_server(ports.api, dispatch=True), args.profile_hub)
+    with (
+        loopback.child(provider_cmd, env, workdir / "provider.log") as provider,
+        loopback.child(hub_cmd, env, workdir / "hub.log") as hub,
+    ):
+        loopback.wait_healthy(provider, f"http://127.0.0.1:{ports.provider}/healthz", "provider")
+        loopback.wait_healthy(hub, f"http://127.0.0.1:{ports.api}/healthz", "the hub")
+        pids = {"hub": hub.pid, "provider": provider.pid}
+        cpu0 = {name: loopback.cpu_seconds(pid) for name, pid in pids.items()}
+        seen = asyncio.run(submit_all(args, ports.api, keys))
+        done = asyncio.run(wait_terminal(backend.database_url, args.tasks, args.max_seconds))
+        cpu = {name: loopback.cpu_seconds(pid) - cpu0[name] for name, pid in pids.items()}
+        probe_ids: list[str] = []
+        if done < args.tasks:
+            print(f"only {done} of {args.tasks} tasks terminal after {args.max_seconds:g} s")
+        else:
+            probe_ids = asyncio.run(probe_idle(args, ports.api, keys[0], backend.database_url))
+        return seen, asyncio.run(read_outcome(backend.database_url, probe_ids)), cpu
 
 
 def main(args: argparse.Namespace) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="aigc-bench-generation-"))
     with backends(args, workdir) as backend:
         migrate.upgrade(backend.database_url)
-        provider_port, api_port = loopback.free_port(), loopback.free_port()
-        env = hub_env(backend, workdir, provider_port, api_port)
+        ports = Ports(loopback.free_port(), loopback.free_port())
+        env = hub_env(backend, workdir, ports.provider, ports.api)
         tenants = [loopback.create_tenant(f"gen-{i}", env) for i in range(args.tenants)]
         asyncio.run(loopback.grant(backend.database_url, [t for t, _ in tenants], 10**12))
         print(
@@ -328,30 +360,7 @@ def main(args: argparse.Namespace) -> None:
             f"provider = instant render, separate process"
         )
         print(f"before:     {loopback.machine_load()}")
-        provider_cmd = provider_command(provider_port, workdir / "provider")
-        with (
-            loopback.child(provider_cmd, env, workdir / "provider.log") as provider,
-            loopback.child(
-                loopback.profiled(loopback.api_server(api_port, dispatch=True), args.profile_hub),
-                env,
-                workdir / "hub.log",
-            ) as hub,
-        ):
-            loopback.wait_healthy(provider, f"http://127.0.0.1:{provider_port}/healthz", "provider")
-            loopback.wait_healthy(hub, f"http://127.0.0.1:{api_port}/healthz", "the hub")
-            cpu0 = {"hub": loopback.cpu_seconds(hub.pid), "provider": cpu_of(provider)}
-            seen = asyncio.run(submit_all(args, api_port, [k for _, k in tenants]))
-            done = asyncio.run(wait_terminal(backend.database_url, args.tasks, args.max_seconds))
-            cpu = {"hub": loopback.cpu_seconds(hub.pid) - cpu0["hub"]}
-            cpu["provider"] = cpu_of(provider) - cpu0["provider"]
-            probe_ids: list[str] = []
-            if done < args.tasks:
-                print(f"only {done} of {args.tasks} tasks terminal after {args.max_seconds:g} s")
-            else:
-                probe_ids = asyncio.run(
-                    probe_idle(args, api_port, tenants[0][1], backend.database_url)
-                )
-            outcome = asyncio.run(read_outcome(backend.database_url, probe_ids))
+        seen, outcome, cpu = run_stack(args, backend, env, ports, [k for _, k in tenants])
         report(args, seen, outcome, cpu)
         print(f"logs under {workdir}")
 
@@ -360,9 +369,14 @@ def parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--profile", choices=["embedded", "scale"], default="embedded")
-    ap.add_argument("--tasks", type=int, default=1000)
-    ap.add_argument("--tenants", type=int, default=4)
+    ap.add_argument(
+        "--profile",
+        choices=["embedded", "scale"],
+        default="embedded",
+        help="embedded: SQLite + embedded log; scale: PostgreSQL + Kafka (Tansu) + Redis",
+    )
+    ap.add_argument("--tasks", type=int, default=1000, help="tasks in the burst")
+    ap.add_argument("--tenants", type=int, default=4, help="tenants the tasks rotate over")
     ap.add_argument("--concurrency", type=int, default=16, help="concurrent submitters")
     ap.add_argument("--max-seconds", type=float, default=600.0, help="give up waiting after")
     ap.add_argument(

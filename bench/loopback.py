@@ -94,7 +94,7 @@ def scratch_database(url: str | None, workdir: Path) -> Iterator[str]:
 
 @dataclass
 class Process:
-    """A child process and its log file; stopped with SIGTERM, then SIGKILL after 15 s."""
+    """A child process and its log file."""
 
     proc: subprocess.Popen[bytes]
     log_path: Path
@@ -110,8 +110,11 @@ class Process:
 
 
 @contextlib.contextmanager
-def child(args: Sequence[str], env: Mapping[str, str], log_path: Path) -> Iterator[Process]:
-    """Run ``args`` with output to ``log_path`` for the block; always stopped after it."""
+def child(
+    args: Sequence[str], env: Mapping[str, str], log_path: Path, grace_s: float = 120.0
+) -> Iterator[Process]:
+    """Run ``args`` with output to ``log_path`` for the block; always stopped after it with
+    SIGTERM, then SIGKILL after ``grace_s`` (a profiler writes its report on the way out)."""
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(list(args), env=dict(env), stdout=log, stderr=subprocess.STDOUT)
         try:
@@ -119,7 +122,7 @@ def child(args: Sequence[str], env: Mapping[str, str], log_path: Path) -> Iterat
         finally:
             proc.terminate()
             try:
-                proc.wait(15)
+                proc.wait(grace_s)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(5)
