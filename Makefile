@@ -41,6 +41,8 @@ bench: $(STAMP)
 	$(PIP) install -q -e '.[dev,bench]'
 	$(PY) bench/roundtrip.py
 	$(PY) bench/baseline_huey.py
+	$(PY) bench/submit.py
+	$(PY) bench/generation.py
 
 ## Regenerate the console screenshots in docs/images/ (system Chromium, a CJK font for Chinese).
 screenshots: $(STAMP)
