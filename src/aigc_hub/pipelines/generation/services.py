@@ -241,7 +241,19 @@ async def create_task(
         if existing is None:
             raise
         return existing
-    return await get_task(hub, tenant_id=tenant_id, task_id=task_id)
+    # The row just committed is the snapshot: no read-back (the hot path of the API).
+    return snapshot(
+        row
+        | {
+            "progress": None,
+            "actual_cost": None,
+            "result_asset_id": None,
+            "failure_class": None,
+            "failure_code": None,
+            "terminal_at": None,
+        },
+        attempts=0,
+    )
 
 
 async def _by_idempotency_key(hub: Hub, tenant_id: str, key: str) -> dict[str, Any] | None:
