@@ -1,9 +1,9 @@
 """The hub's HTTP API as a process for the HTTP benchmarks, with the per-tenant limit raised.
 
-``aigc-hub api`` serves ``create_app(hub)`` with the default :class:`Limits` (20 requests/s
-per tenant), which would make a load test measure the limiter's refusals. This launcher is
-the same thing with ``--rate-limit`` requests/s (and burst) per tenant: the limiter still runs
-on every request, only its budget is raised. With ``--dispatch`` the process also runs what
+``aigc-hub api`` serves ``create_app(hub)`` with the per-tenant limit of its settings
+(``AIGC_HUB_API_RATE_PER_S``, default 20 requests/s), which would make a load test measure the
+limiter's refusals. This launcher is the same thing with ``--rate-limit`` requests/s (and
+burst) per tenant: the limiter still runs on every request, only its budget is raised. With ``--dispatch`` the process also runs what
 ``aigc-hub up`` runs beside the API (relay, every consumer group, scanners, lag monitor);
 without it, it is API-only like ``aigc-hub api``.
 

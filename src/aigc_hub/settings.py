@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from aigc_hub.core.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from aigc_hub.interfaces.http.limits import Limits
 from aigc_hub.reliability.notification_feed import FeedSettings
 
 #: The pipelines shipped in the package, by name (``builtin_pipelines``).
@@ -51,6 +54,11 @@ class Settings(BaseSettings):
     )
     api_host: str = Field("127.0.0.1", description="where `aigc-hub api` listens")
     api_port: int = Field(8000, ge=0, le=65535, description="port of `aigc-hub api`")
+    api_rate_per_s: float = Field(
+        20.0, gt=0, description="requests per second per tenant (token bucket refill)"
+    )
+    api_burst: float = Field(40.0, gt=0, description="requests a tenant may send at once")
+    api_max_body_bytes: int = Field(1 << 20, ge=1024, description="largest request body")
     metrics_host: str = Field("127.0.0.1", description="where worker/relay/scan serve /metrics")
     metrics_port: int | None = Field(
         None, ge=0, le=65535, description="port for /metrics in worker/relay/scan; none = off"
@@ -107,6 +115,16 @@ class Settings(BaseSettings):
             "consumer_overrides": _pairs(self.kafka_consumer_config),
             "producer_overrides": _pairs(self.kafka_producer_config),
         }
+
+    def api_limits(self) -> Limits:
+        """The HTTP API's limits as these settings give them."""
+        from aigc_hub.interfaces.http.limits import Limits
+
+        return Limits(
+            max_body_bytes=self.api_max_body_bytes,
+            rate_per_s=self.api_rate_per_s,
+            burst=self.api_burst,
+        )
 
     def pipeline_paths(self) -> list[str]:
         """The built-in pipelines' ``module:attribute`` paths, then the ``pipelines`` entries."""

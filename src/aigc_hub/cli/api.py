@@ -25,7 +25,7 @@ async def _serve(settings: Settings, host: str, port: int) -> None:
     try:
         # Open SSE streams would hold a graceful stop forever: give them a few seconds.
         config = uvicorn.Config(
-            create_app(hub),
+            create_app(hub, limits=settings.api_limits()),
             host=host,
             port=port,
             log_config=None,

@@ -75,7 +75,7 @@ async def _with_api(
             yield
 
     config = uvicorn.Config(
-        create_app(hub),
+        create_app(hub, limits=settings.api_limits()),
         host=settings.api_host,
         port=settings.api_port,
         log_config=None,
