@@ -3,9 +3,9 @@
 ``aigc-hub api`` serves ``create_app(hub)`` with the per-tenant limit of its settings
 (``AIGC_HUB_API_RATE_PER_S``, default 20 requests/s), which would make a load test measure the
 limiter's refusals. This launcher is the same thing with ``--rate-limit`` requests/s (and
-burst) per tenant: the limiter still runs on every request, only its budget is raised. With ``--dispatch`` the process also runs what
-``aigc-hub up`` runs beside the API (relay, every consumer group, scanners, lag monitor);
-without it, it is API-only like ``aigc-hub api``.
+burst) per tenant: the limiter still runs on every request, only its budget is raised.
+With ``--dispatch`` the process also runs what ``aigc-hub up`` runs beside the API (relay,
+every consumer group, scanners, lag monitor); without it, it is API-only like ``aigc-hub api``.
 
 Everything else comes from the ``AIGC_HUB_*`` environment (database, broker, Redis, generation
 settings). The database must already be migrated. SIGTERM or SIGINT stops it.
