@@ -68,19 +68,17 @@ def demo_pipeline() -> Pipeline:
         if subject_id != TASK:
             return None
         t0 = hub.clock.now_ms() - 120_000
+        # The shape of the generation pipeline's own timeline (its task_events rows).
         steps = [
-            (0, "task created: QUEUED", {"prompt": PROMPT, "model": "video-v2", "duration_s": 5}),
-            (40, "ledger RESERVE 50 credits", {"business_key": f"reserve:{TASK}"}),
-            (900, "moderation passed", {"level": "G", "score": 0.02}),
-            (1_600, "QUEUED → SUBMITTING", {"slot": "provider-a/video-v2"}),
-            (31_600, "submit timed out: SUBMIT_UNKNOWN", {"after_s": 30}),
-            (33_000, "reconciled by query: provider job found", {"provider_job": "pj_8f2c41"}),
-            (33_010, "SUBMIT_UNKNOWN → RUNNING", {"progress": 0}),
-            (88_000, "provider reports SUCCEEDED", {"output": "provider-a://pj_8f2c41/out.mp4"}),
-            (96_000, "output moderation: rejected", {"label": "violence", "score": 0.97}),
-            (96_020, "RUNNING → REJECTED; ledger RELEASE 50 credits", {}),
+            (0, "∅ → QUEUED", {"cause": "api.create", "estimated_cost": 10, "model": "local-v1"}),
+            (1_600, "QUEUED → DISPATCHING", {"cause": "scheduler.dispatch", "provider": "local"}),
+            (11_700, "DISPATCHING → SUBMIT_UNKNOWN", {"cause": "submit.timeout"}),
+            (27_000, "SUBMIT_UNKNOWN → RUNNING", {"cause": "observed.poll", "progress": 0.25}),
+            (58_000, "RUNNING → OUTPUT_FETCHING", {"cause": "observed.callback"}),
+            (59_200, "OUTPUT_FETCHING → POST_PROCESSING", {"cause": "output.fetched"}),
+            (59_210, "POST_PROCESSING → SUCCEEDED", {"cause": "output.ready", "settled": 10}),
         ]
-        return [TimelineEntry(t0 + dt, "generation", title, detail) for dt, title, detail in steps]
+        return [TimelineEntry(t0 + dt, "transition", title, detail) for dt, title, detail in steps]
 
     return p
 
