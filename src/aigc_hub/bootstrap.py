@@ -50,6 +50,10 @@ from aigc_hub.store.dialects import dialect_of
 log = logging.getLogger(__name__)
 
 
+#: How long a stopping hub waits for its parts before giving up on them (they are logged).
+SHUTDOWN_GRACE_S = 30.0
+
+
 def load_pipelines(paths: Sequence[str]) -> list[Pipeline]:
     """Import each ``module:attribute`` and return the Pipeline objects."""
     out: list[Pipeline] = []
@@ -292,9 +296,17 @@ class Hub:
         try:
             await asyncio.gather(*tasks)
         finally:
+            # One part failed (or we were cancelled): every loop also sees ``stop``, so a part
+            # whose cancellation is swallowed (Python 3.11's wait_for can lose one that
+            # arrives as its inner wait completes) still ends instead of hanging the others.
+            stop.set()
             for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            _done, stuck = await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_S)
+            for task in stuck:
+                log.error(
+                    "hub part %s did not stop within %.0f s", task.get_name(), SHUTDOWN_GRACE_S
+                )
 
     async def _observe(self, stop: asyncio.Event) -> None:
         """Sample lag (gauges, alerts, gate) and the pending dead letters until stopped."""

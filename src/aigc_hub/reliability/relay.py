@@ -104,8 +104,10 @@ class Relay:
             if stats.published >= self.batch_size:
                 continue
             self._wake.clear()
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self.idle_interval)
+                async with asyncio.timeout(self.idle_interval):
+                    await self._wake.wait()
             if self._wake.is_set() and self.linger and stats.published > 1:
                 # Busy (the last pass found several rows): let a burst of commits gather so
                 # one pass publishes them together. Idle: publish at once, for latency.
