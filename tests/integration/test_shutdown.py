@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from aigc_hub.core.clock import ManualClock
+from aigc_hub.core.failpoints import Crash, Failpoints
 from tests.support import effects as fx
 from tests.support.hubs import hub_for, make_broker, wait_until
 
@@ -77,3 +80,36 @@ async def test_work_past_the_deadline_is_abandoned_and_redelivered(
         stop2.set()
         await second
         assert len(await fx.effect_rows(hub.engine)) == 1
+
+
+class _Stubborn:
+    """A part that ignores cancellation (as a swallowed CancelledError does) but obeys stop."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                continue  # swallowed
+        self.stopped = True
+
+
+async def test_when_one_part_crashes_the_others_stop_even_if_they_swallow_a_cancel(
+    tmp_path: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failpoints = Failpoints()
+    failpoints.crash_at("consumer.after_commit", after=1)
+    stubborn = _Stubborn()
+    async with hub_for(
+        sqlite_url, make_broker("embedded", tmp_path), [fx.make_pipeline()], failpoints=failpoints
+    ) as hub:
+        monkeypatch.setattr(hub, "relays", lambda: [hub.relay, stubborn])
+        async with hub.transaction() as conn:
+            await hub.outbox.add(conn, [fx.request("k", 1), fx.request("k", 2)])
+        stop = asyncio.Event()
+        with pytest.raises(Crash):
+            await asyncio.wait_for(hub.run(stop), 20)  # never hangs on the stubborn part
+        assert stop.is_set() and stubborn.stopped
