@@ -49,11 +49,11 @@ async def _serve(
     try:
         await hub.start()
         if api:
-            async with _generation(hub, settings, local_provider=relay and groups is None):
+            # `up`: everything in one process, the local provider included
+            async with _generation(hub, settings):
                 await _with_api(hub, settings, stop, groups=groups, relay=relay, scan=scan, lag=lag)
         else:
-            async with _generation(hub, settings, local_provider=False):
-                await hub.run(stop, groups=groups, relay=relay, scan=scan, lag=lag)
+            await hub.run(stop, groups=groups, relay=relay, scan=scan, lag=lag)
     finally:
         await hub.close()
         if exporter is not None:
@@ -91,15 +91,10 @@ async def _with_api(
 
 
 @contextlib.asynccontextmanager
-async def _generation(
-    hub: bootstrap.Hub, settings: Settings, *, local_provider: bool
-) -> AsyncIterator[None]:
-    """Install the generation pipeline's settings; under ``up``, serve the local provider."""
+async def _generation(hub: bootstrap.Hub, settings: Settings) -> AsyncIterator[None]:
+    """Install the generation pipeline's settings and serve the local provider beside it."""
     from aigc_hub.pipelines.generation.embedded_provider import embedded_provider
 
-    if not local_provider:
-        yield
-        return
     api_url = f"http://{settings.api_host}:{settings.api_port}"
     async with embedded_provider(hub, settings.data_dir / "provider", api_url=api_url) as gen:
         if gen is not None and gen.run_local_provider:

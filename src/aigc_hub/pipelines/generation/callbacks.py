@@ -106,22 +106,16 @@ async def receive(provider: str, request: Request) -> dict[str, Any]:
                 .values(status="unmatched")
             )
             return {"status": "unmatched"}
+        observation = events.StatusObserved.of(
+            result,
+            task_id=job.task_id,
+            attempt_id=job.attempt_id,
+            provider=provider,
+            source="callback",
+        )
         observed = Envelope.new(
             events.STATUS_OBSERVED,
-            events.StatusObserved(
-                task_id=job.task_id,
-                attempt_id=job.attempt_id,
-                provider=provider,
-                provider_job_id=result.provider_job_id,
-                normalized_status=result.normalized_status.value,
-                progress=result.progress,
-                provider_error_code=result.provider_error_code,
-                retry_class=result.retry_class.value,
-                actual_cost=result.actual_cost,
-                output_count=len(result.output_assets),
-                observed_at_ms=result.observed_at_ms,
-                source="callback",
-            ).model_dump(),
+            observation.model_dump(),
             key=job.task_id,
             source="generation.callbacks",
             tenant_id=job.tenant_id,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pydantic
 
 from aigc_hub.pipeline import Pipeline
+from aigc_hub.pipelines.generation.adapters.base import ProviderResult
 
 DISPATCH = "generation.dispatch"
 OBSERVE = "provider.status.observe"
@@ -51,6 +52,26 @@ class CancelRequested(pydantic.BaseModel):
 
 class StatusObserved(pydantic.BaseModel):
     """What a callback, a poll or a submit answer told us about a provider job."""
+
+    @classmethod
+    def of(
+        cls, result: ProviderResult, *, task_id: str, attempt_id: str, provider: str, source: str
+    ) -> StatusObserved:
+        """The observation an adapter's normalized result makes (the one way to build it)."""
+        return cls(
+            task_id=task_id,
+            attempt_id=attempt_id,
+            provider=provider,
+            provider_job_id=result.provider_job_id,
+            normalized_status=result.normalized_status.value,
+            progress=result.progress,
+            provider_error_code=result.provider_error_code,
+            retry_class=result.retry_class.value,
+            actual_cost=result.actual_cost,
+            output_count=len(result.output_assets),
+            observed_at_ms=result.observed_at_ms,
+            source=source,
+        )
 
     task_id: str
     attempt_id: str

@@ -47,9 +47,7 @@ async def move(
 ) -> list[Envelope]:
     """Move ``task`` (as read) to ``to``; returns the notification to publish with it.
 
-    Terminal states settle the ledger in the same transaction: SUCCEEDED charges the actual
-    cost (the estimate when the provider told none); FAILED and CANCELED release the hold,
-    or charge what the provider reports it billed.
+    Terminal states close the ledger in the same transaction (:func:`_close_ledger`).
     """
     current = TaskStatus(task["status"])
     if not can_move(current, to):
@@ -98,27 +96,17 @@ async def _close_ledger(
     changes: Mapping[str, Any],
     now_ms: int,
 ) -> None:
+    """SUCCEEDED charges the actual cost (the estimate when the provider told none); FAILED
+    and CANCELED charge what the provider reports it billed, else release the whole hold."""
     reserved = int(task["reserved_amount"])
     actual = changes.get("actual_cost", task["actual_cost"])
-    tenant, task_id = task["tenant_id"], task["id"]
-    if to is TaskStatus.SUCCEEDED:
-        cost = int(actual) if actual is not None else int(task["estimated_cost"])
-        await ledger.settle(
-            conn, tenant_id=tenant, task_id=task_id, reserved=reserved, actual=cost, now_ms=now_ms
-        )
-    elif actual:  # the provider billed work that did not complete: charge what it billed
-        await ledger.settle(
-            conn,
-            tenant_id=tenant,
-            task_id=task_id,
-            reserved=reserved,
-            actual=int(actual),
-            now_ms=now_ms,
-        )
+    if to is TaskStatus.SUCCEEDED and actual is None:
+        actual = task["estimated_cost"]
+    ids = {"tenant_id": task["tenant_id"], "task_id": task["id"], "now_ms": now_ms}
+    if to is TaskStatus.SUCCEEDED or actual:  # success settles even at zero cost
+        await ledger.settle(conn, reserved=reserved, actual=int(actual or 0), **ids)
     else:
-        await ledger.release(
-            conn, tenant_id=tenant, task_id=task_id, reserved=reserved, now_ms=now_ms
-        )
+        await ledger.release(conn, reserved=reserved, **ids)
 
 
 def status_notification(

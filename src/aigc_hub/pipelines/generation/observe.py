@@ -6,18 +6,21 @@ the allowed-transitions table and the provider's own clock decide.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from aigc_hub.core import ids
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.pipelines.generation import events, lifecycle
 from aigc_hub.pipelines.generation.adapters.base import NormalizedStatus
 from aigc_hub.pipelines.generation.models import generation_tasks, provider_jobs, task_attempts
 from aigc_hub.pipelines.generation.states import TaskStatus
 from aigc_hub.pipelines.generation.wiring import Generation
+from aigc_hub.store.dialects import dialect_of
 
 S = TaskStatus
 N = NormalizedStatus
@@ -219,8 +222,6 @@ def next_poll(gen: Generation, polls: int, now_ms: int, *, terminal: bool) -> in
     """Exponential from ``poll_first_s`` to ``poll_max_s`` with ±20 % jitter; None at the end."""
     if terminal:
         return None
-    import random
-
     base = min(gen.settings.poll_max_s, gen.settings.poll_first_s * (2 ** min(polls, 16)))
     return now_ms + int(base * 1000 * random.uniform(0.8, 1.2))
 
@@ -232,9 +233,6 @@ async def _record_job(
     now_ms: int,
     gen: Generation,
 ) -> None:
-    from aigc_hub.core import ids
-    from aigc_hub.store.dialects import dialect_of
-
     attempt = (
         await conn.execute(sa.select(task_attempts).where(task_attempts.c.id == obs.attempt_id))
     ).first()

@@ -74,11 +74,13 @@ async def poll_job(hub: Hub, gen: Generation, env: Envelope, ctx: HandlerContext
                 ),
             )
         )
-    d = events.AttemptDispatched(
-        task_id=p.task_id,
-        attempt_id=p.attempt_id,
-        provider=attempt.provider,
-        model=attempt.model,
-        request_key=attempt.provider_request_key,
-    )
-    return [observed(env, d, result, "poll")]
+    return [
+        observed(
+            env,
+            result,
+            task_id=p.task_id,
+            attempt_id=p.attempt_id,
+            provider=attempt.provider,
+            source="poll",
+        )
+    ]

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import StaleTransition
+from aigc_hub.pipeline import ScannerFactory
 from aigc_hub.pipelines.generation import events, lifecycle
 from aigc_hub.pipelines.generation.ledger import EntryType
 from aigc_hub.pipelines.generation.models import (
@@ -277,5 +278,6 @@ class LedgerScanner:
         return "flagged_open_reservation"  # a person decides; the audit row is the case
 
 
-def factories() -> list[Any]:
+def factories() -> list[ScannerFactory]:
+    """Every scanner of the pipeline; each is built with the hub."""
     return [DeadlineScanner, PollScanner, SchedulerScanner, SlotScanner, LedgerScanner]

@@ -16,6 +16,7 @@ from aigc_hub.core import ids
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import StaleTransition
 from aigc_hub.pipelines.generation import events, ledger, lifecycle
+from aigc_hub.pipelines.generation.adapters.base import CapabilityError
 from aigc_hub.pipelines.generation.models import (
     generation_tasks,
     task_attempts,
@@ -198,9 +199,14 @@ async def create_task(
         "updated_at": now,
         "queued_at": now,
         "deadline_at": now + int(gen.settings.queued_deadline_s * 1000),
+        # written as NULL, listed so the row is the whole snapshot (no read-back below)
+        "progress": None,
+        "actual_cost": None,
+        "result_asset_id": None,
+        "failure_class": None,
+        "failure_code": None,
+        "terminal_at": None,
     }
-    from aigc_hub.pipelines.generation.adapters.base import CapabilityError
-
     try:
         routes = gen.providers.candidates(request_of(row))
     except CapabilityError as exc:
@@ -242,18 +248,7 @@ async def create_task(
             raise
         return existing
     # The row just committed is the snapshot: no read-back (the hot path of the API).
-    return snapshot(
-        row
-        | {
-            "progress": None,
-            "actual_cost": None,
-            "result_asset_id": None,
-            "failure_class": None,
-            "failure_code": None,
-            "terminal_at": None,
-        },
-        attempts=0,
-    )
+    return snapshot(row, attempts=0)
 
 
 async def _by_idempotency_key(hub: Hub, tenant_id: str, key: str) -> dict[str, Any] | None:

@@ -22,10 +22,10 @@ from aigc_hub.pipelines.generation.adapters.base import (
     ProviderResult,
     RetryClass,
 )
-from aigc_hub.pipelines.generation.models import task_attempts
+from aigc_hub.pipelines.generation.models import provider_jobs, task_attempts
 from aigc_hub.pipelines.generation.requests import request_of
 from aigc_hub.pipelines.generation.states import TaskStatus
-from aigc_hub.pipelines.generation.wiring import Generation
+from aigc_hub.pipelines.generation.wiring import Generation, generation_of
 from aigc_hub.runtime.context import HandlerContext
 from aigc_hub.store.engine import reader
 
@@ -35,29 +35,32 @@ if TYPE_CHECKING:
 
 def observed(
     cause: Envelope,
-    d: events.AttemptDispatched,
     result: ProviderResult,
+    *,
+    task_id: str,
+    attempt_id: str,
+    provider: str,
     source: str,
 ) -> Envelope:
     """A provider answer as the one observation event the state handler applies."""
+    observation = events.StatusObserved.of(
+        result, task_id=task_id, attempt_id=attempt_id, provider=provider, source=source
+    )
     return cause.derive(
-        events.STATUS_OBSERVED,
-        events.StatusObserved(
-            task_id=d.task_id,
-            attempt_id=d.attempt_id,
-            provider=d.provider,
-            provider_job_id=result.provider_job_id,
-            normalized_status=result.normalized_status.value,
-            progress=result.progress,
-            provider_error_code=result.provider_error_code,
-            retry_class=result.retry_class.value,
-            actual_cost=result.actual_cost,
-            output_count=len(result.output_assets),
-            observed_at_ms=result.observed_at_ms,
-            source=source,
-        ).model_dump(),
-        key=d.task_id,
-        source="generation.submitter",
+        events.STATUS_OBSERVED, observation.model_dump(), key=task_id, source="generation"
+    )
+
+
+def _observed(
+    cause: Envelope, d: events.AttemptDispatched, result: ProviderResult, source: str
+) -> Envelope:
+    return observed(
+        cause,
+        result,
+        task_id=d.task_id,
+        attempt_id=d.attempt_id,
+        provider=d.provider,
+        source=source,
     )
 
 
@@ -93,11 +96,11 @@ async def submit_attempt(
             # We may have called before: ask, never resend blindly.
             result = await adapter.query(provider_job_id=None, request_key=d.request_key)
             if result.normalized_status is not NormalizedStatus.NOT_FOUND:
-                return [observed(env, d, result, "reconcile")]
+                return [_observed(env, d, result, "reconcile")]
         if TaskStatus(task["status"]) is TaskStatus.CANCEL_REQUESTED:
             # Canceled before the provider ever had it: confirmed non-submission.
             gone = ProviderResult(None, NormalizedStatus.NOT_FOUND)
-            return [observed(env, d, gone, "submit")]
+            return [_observed(env, d, gone, "submit")]
         callback = f"{gen.settings.callback_base_url.rstrip('/')}/v1/callbacks/{d.provider}"
         prepared = await adapter.prepare_input(
             request_of(task, request_key=d.request_key, callback_url=callback)
@@ -111,7 +114,7 @@ async def submit_attempt(
         return await _submit_failed(hub, env, d, adapter.classify_error(exc, during="submit"))
     breaker.record(True)
     await _finish_submit(hub, d, result.normalized_status)
-    return [observed(env, d, result, "submit")]
+    return [_observed(env, d, result, "submit")]
 
 
 async def _finish_submit(hub: Hub, d: events.AttemptDispatched, status: NormalizedStatus) -> None:
@@ -137,14 +140,12 @@ async def _submit_failed(
         retry_class=exc.retry_class,
         provider_error_code=exc.code or "rejected",
     )
-    return [observed(env, d, failed, "submit")]
+    return [_observed(env, d, failed, "submit")]
 
 
 async def mark_unknown(hub: Hub, env: Envelope, d: events.AttemptDispatched) -> list[Envelope]:
     """The submit timed out: the job may exist. SUBMIT_UNKNOWN until a query tells."""
     now = hub.clock.now_ms()
-    from aigc_hub.pipelines.generation.wiring import generation_of
-
     gen = generation_of(hub)
     async with hub.transaction() as conn:
         task = await lifecycle.load(conn, d.task_id)
@@ -173,8 +174,6 @@ async def cancel_at_provider(
 ) -> list[Envelope]:
     """Ask the provider to stop; its answer arrives as an observation like any other."""
     c = ctx.payload_as(events.CancelRequested)
-    from aigc_hub.pipelines.generation.models import provider_jobs
-
     async with reader(hub.engine) as conn:
         task = await lifecycle.load(conn, c.task_id)
         if task is None or task["status"] != TaskStatus.CANCEL_REQUESTED.value:
@@ -193,11 +192,13 @@ async def cancel_at_provider(
         result = await adapter.cancel(job.provider_job_id)
     except ProviderError as exc:
         raise Retry(exc.retry_after_s or 5.0) from exc
-    d = events.AttemptDispatched(
-        task_id=c.task_id,
-        attempt_id=job.attempt_id,
-        provider=job.provider,
-        model="",
-        request_key=job.provider_request_key or "",
-    )
-    return [observed(env, d, result, "cancel")]
+    return [
+        observed(
+            env,
+            result,
+            task_id=c.task_id,
+            attempt_id=job.attempt_id,
+            provider=job.provider,
+            source="cancel",
+        )
+    ]

@@ -3,7 +3,8 @@
 Each vendor adapter keeps its own wire shapes; what is the same for all of them lives here:
 one JSON call that turns every failure into a :class:`~.base.ProviderError`, the HTTP error
 → retry class table, timestamps, capability checks, and output downloads locked to the
-vendor's configured delivery hosts (``https://host`` or ``https://*.host``).
+vendor's configured delivery hosts (``https://host`` or ``https://*.host``). The retry class
+table (:func:`classify`) is the local adapter's too.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ job per request key, so a submit whose answer was lost is found again by
 from __future__ import annotations
 
 import datetime as dt
-import email.utils
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,7 +17,7 @@ from urllib.parse import quote
 
 import httpx
 
-from aigc_hub.pipelines.generation.adapters import base, fetch
+from aigc_hub.pipelines.generation.adapters import base, fetch, hosted
 from aigc_hub.pipelines.generation.adapters.base import (
     CapabilityError,
     FetchedFile,
@@ -66,19 +65,6 @@ def _ms(stamp: object) -> int | None:
         return int(dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
     except ValueError:
         return None
-
-
-def _retry_after(value: str | None) -> float | None:
-    """Retry-After in seconds, from delta-seconds or an HTTP date."""
-    if not value:
-        return None
-    if value.strip().isdigit():
-        return float(value.strip())
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - dt.datetime.now(dt.UTC).timestamp())
 
 
 def _error_code(response: httpx.Response) -> str | None:
@@ -150,41 +136,13 @@ class LocalProviderAdapter:
             ) from None
 
     def classify_error(self, error: BaseException, *, during: str) -> ProviderError:
-        """429 → RATE_LIMITED, 5xx and transport errors → RETRYABLE, other 4xx → PERMANENT.
+        """429 → RATE_LIMITED, 5xx and connect errors → RETRYABLE, other 4xx → PERMANENT.
 
         During ``submit``, an error after the request may have reached the provider (read
         timeout, dropped connection) is UNKNOWN_OUTCOME: reconcile with :meth:`query`.
+        The table is the one every adapter shares (:func:`.hosted.classify`).
         """
-        if isinstance(error, ProviderError):
-            return error
-        if isinstance(error, CapabilityError):
-            return ProviderError(str(error), retry_class=RetryClass.PERMANENT, code="capability")
-        if isinstance(error, httpx.HTTPStatusError):
-            response = error.response
-            status, code = response.status_code, _error_code(response)
-            message = f"{during}: HTTP {status} {code or ''}".strip()
-            if status == 429:
-                after = _retry_after(response.headers.get("retry-after"))
-                return ProviderError(
-                    message, retry_class=RetryClass.RATE_LIMITED, code=code, retry_after_s=after
-                )
-            if status >= 500 or status == 408:
-                return ProviderError(message, retry_class=RetryClass.RETRYABLE, code=code)
-            return ProviderError(
-                message, retry_class=RetryClass.PERMANENT, code=code or f"http_{status}"
-            )
-        if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
-            # the request never left: safe to send again
-            return ProviderError(
-                f"{during}: {type(error).__name__}", retry_class=RetryClass.RETRYABLE
-            )
-        if isinstance(error, httpx.TransportError):
-            kind = RetryClass.UNKNOWN_OUTCOME if during == "submit" else RetryClass.RETRYABLE
-            return ProviderError(f"{during}: {type(error).__name__}", retry_class=kind)
-        kind = RetryClass.UNKNOWN_OUTCOME if during == "submit" else RetryClass.RETRYABLE
-        return ProviderError(
-            f"{during}: {type(error).__name__}: {error}", retry_class=kind, code="unexpected"
-        )
+        return hosted.classify(error, during=during, code_of=_error_code)
 
     # -- calls -----------------------------------------------------------------------------
 
