@@ -1,9 +1,11 @@
-"""The client's ``events()`` and ``wait_for()`` against a real server (SQLite, embedded log),
-and ``wait_for``'s polling fallback when the stream is unavailable."""
+"""The client's ``events()`` and ``wait_for()`` against a real server (SQLite, embedded log):
+a rate-limited stream opened again after ``Retry-After``, and ``wait_for``'s polling fallback
+when the stream is unavailable."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,7 +14,15 @@ from typing import Any
 import httpx
 import pytest
 
-from aigc_hub.client import AsyncHubClient, Event, HubClient, RetryPolicy, WaitTimeout
+from aigc_hub.client import (
+    AsyncHubClient,
+    Event,
+    HubClient,
+    RateLimited,
+    RetryPolicy,
+    WaitTimeout,
+)
+from aigc_hub.interfaces.http.limits import Limits
 from aigc_hub.messaging.embedded import EmbeddedBroker
 from aigc_hub.reliability.notification_feed import FeedSettings
 from tests.integration.test_events_sse import Served, running
@@ -162,3 +172,59 @@ async def test_async_wait_for_falls_back_to_polling() -> None:
         calls["n"] = -1000  # not done for a long while
         with pytest.raises(WaitTimeout):
             await hub.wait_for("t", snapshot, done, timeout=0.05, poll_interval=0.01)
+
+
+class Recording(httpx.AsyncHTTPTransport):
+    """The network, noting the status of every answer by path."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answers: list[tuple[str, int]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await super().handle_async_request(request)
+        self.answers.append((request.url.path, response.status_code))
+        return response
+
+
+async def test_a_rate_limited_stream_is_opened_again_after_retry_after(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    broker = EmbeddedBroker(tmp_path / "log.db", poll_interval=0.01)
+    limits = Limits(rate_per_s=2.0, burst=1.0)
+    async with running(sqlite_url, broker, FeedSettings(heartbeat_s=0.2), limits) as served:
+        task = Task(served, "task-r")
+
+        async def snapshot() -> dict[str, Any]:
+            return task.snapshot()
+
+        network = Recording()
+        async with AsyncHubClient(served.url, api_key=served.key_a, transport=network) as hub:
+            async with contextlib.aclosing(hub.events()) as stream:
+                first = asyncio.create_task(anext(stream))
+                await asyncio.sleep(0.3)  # connected: the tenant's one token is spent
+                await served.notify(served.tenant_a, "other")
+                async with asyncio.timeout(20):
+                    await first
+            worker = asyncio.create_task(task.finish_later(1.5))
+            result = await hub.wait_for("task-r", snapshot, done, timeout=20, poll_interval=60)
+        await worker
+    assert result["status"] == "SUCCEEDED"
+    streams = [status for path, status in network.answers if path == "/v1/events"]
+    assert streams[:3] == [200, 429, 200]  # refused once, then listened (no polling)
+    assert task.reads <= 4
+
+
+def test_polling_waits_on_when_told_to_slow_down() -> None:
+    calls = {"n": 0}
+
+    def snapshot() -> dict[str, Any]:
+        calls["n"] += 1
+        if calls["n"] in (2, 3):
+            raise RateLimited(429, title="Too Many Requests", retry_after=0.01)
+        return {"status": "SUCCEEDED" if calls["n"] >= 5 else "RUNNING"}
+
+    transport = httpx.MockTransport(_refusing_events)
+    with HubClient("http://hub.test", transport=transport) as client:
+        result = client.wait_for("t", snapshot, done, timeout=10, poll_interval=0.01)
+    assert result["status"] == "SUCCEEDED" and calls["n"] == 5

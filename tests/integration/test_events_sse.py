@@ -20,6 +20,7 @@ import pytest
 from aigc_hub import tenancy
 from aigc_hub.bootstrap import Hub
 from aigc_hub.interfaces.http.app import create_app
+from aigc_hub.interfaces.http.limits import Limits
 from aigc_hub.messaging.base import Broker
 from aigc_hub.messaging.embedded import EmbeddedBroker
 from aigc_hub.reliability.notification_feed import FeedItem, FeedSettings, Gap
@@ -89,7 +90,7 @@ def _broker(kind: str, tmp_path: Path, request: pytest.FixtureRequest | None = N
 
 @contextlib.asynccontextmanager
 async def running(
-    db_url: str, broker: Broker, feed: FeedSettings | None = None
+    db_url: str, broker: Broker, feed: FeedSettings | None = None, limits: Limits | None = None
 ) -> AsyncIterator[Served]:
     async with hub_for(db_url, broker, []) as hub:
         hub.notification_feed.settings = feed or FeedSettings(heartbeat_s=HEARTBEAT_S)
@@ -98,7 +99,7 @@ async def running(
         stop = asyncio.Event()
         relay = asyncio.create_task(hub.run(stop))
         try:
-            async with serve(create_app(hub)) as url:
+            async with serve(create_app(hub, limits=limits)) as url:
                 yield Served(hub, url, tenant_a.id, key_a, tenant_b.id, key_b)
         finally:
             stop.set()

@@ -15,13 +15,14 @@ from typing import Any, Literal
 import httpx
 
 from aigc_hub.client import _models as m
+from aigc_hub.client._core import RETRY_STATUSES, RetryPolicy
 from aigc_hub.client._errors import HubAPIError
 
 PATH = "/v1/events"
 #: Reads wait past several heartbeats (15 s by default) before calling the stream dead.
 STREAM_TIMEOUT = httpx.Timeout(10.0, read=60.0)
 #: Answers meaning "no event stream here": ``wait_for`` polls instead.
-FALLBACK_STATUSES = frozenset({404, 405, 501, 502, 503, 504})
+FALLBACK_STATUSES = frozenset({404, 405, 429, 501, 502, 503, 504})
 #: The server's longest ``max_seconds``.
 MAX_SECONDS = 86_400.0
 
@@ -103,6 +104,21 @@ def request_headers(last_event_id: str | None) -> dict[str, str]:
     if last_event_id:
         headers["Last-Event-ID"] = last_event_id
     return headers
+
+
+def reconnect_delay(error: Exception, failures: int, policy: RetryPolicy) -> float | None:
+    """Seconds to wait before opening the stream again after ``error`` (the ``failures``-th in
+    a row), or ``None`` to give up: transport errors and 429/502/503/504 are worth another try,
+    honouring the server's ``Retry-After`` (capped)."""
+    if failures >= policy.attempts:
+        return None
+    if isinstance(error, httpx.TransportError):
+        return policy.backoff(failures)
+    if isinstance(error, HubAPIError) and error.status in RETRY_STATUSES:
+        if error.retry_after is not None:
+            return min(error.retry_after, policy.max_retry_after_s)
+        return policy.backoff(failures)
+    return None
 
 
 def stream_unavailable(error: Exception) -> bool:

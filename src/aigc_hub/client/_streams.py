@@ -22,8 +22,8 @@ import httpx
 
 from aigc_hub.client import _core as core
 from aigc_hub.client import _events as ev
-from aigc_hub.client._core import RetryPolicy
-from aigc_hub.client._errors import WaitTimeout
+from aigc_hub.client._core import RETRY_STATUSES, RetryPolicy
+from aigc_hub.client._errors import HubAPIError, WaitTimeout
 
 Snapshot = dict[str, Any]
 
@@ -77,15 +77,16 @@ class SyncStreams:
         while True:
             try:
                 for item in self._connect(subject_id, last, None):
+                    failures = 0
                     if isinstance(item, ev.Event):
-                        failures = 0
                         last = item.id or last
                         yield item
-            except httpx.TransportError:
+            except (httpx.TransportError, HubAPIError) as exc:
                 failures += 1
-                if not reconnect or failures >= self.retry.attempts:
+                delay = ev.reconnect_delay(exc, failures, self.retry) if reconnect else None
+                if delay is None:
                     raise
-                self._sleep(self.retry.backoff(failures))
+                self._sleep(delay)
                 continue
             if not reconnect:
                 return
@@ -102,18 +103,22 @@ class SyncStreams:
 
         Reads the snapshot first, then listens to the subject's notifications and reads it
         again once subscribed and on every notification or reset (notifications are hints,
-        the snapshot is the fact). When the stream is unavailable (connection error,
-        404/405/5xx) it polls every ``poll_interval`` s instead.
+        the snapshot is the fact). A refused or dropped stream (connection error, 429, 502–504)
+        is opened again after the server's ``Retry-After`` or a backoff, up to
+        ``retry.attempts`` times in a row; when the stream stays unavailable (those, or
+        404/405/501) it polls every ``poll_interval`` s instead.
         """
         deadline = time.monotonic() + timeout
         snapshot = fetch_snapshot()
         if is_done(snapshot):
             return snapshot
         last: str | None = None
-        try:
-            while (left := deadline - time.monotonic()) > 0:
+        failures = 0
+        while (left := deadline - time.monotonic()) > 0:
+            try:
                 with contextlib.closing(self._connect(subject_id, last, left)) as items:
                     for item in items:
+                        failures = 0
                         if item == ev.HEARTBEAT:
                             continue
                         snapshot = fetch_snapshot()  # subscribed, notified or reset: look again
@@ -121,17 +126,30 @@ class SyncStreams:
                             return snapshot
                         if isinstance(item, ev.Event):
                             last = item.id or last
-        except Exception as exc:
-            if not ev.stream_unavailable(exc):
-                raise
+            except Exception as exc:
+                failures += 1
+                delay = ev.reconnect_delay(exc, failures, self.retry)
+                if delay is not None and delay < deadline - time.monotonic():
+                    self._sleep(delay)  # rate-limited or dropped: the stream again
+                    continue
+                if not ev.stream_unavailable(exc):
+                    raise
+                break  # no stream to be had: poll
         while True:
-            snapshot = fetch_snapshot()
-            if is_done(snapshot):
-                return snapshot
+            pause = poll_interval
+            try:
+                snapshot = fetch_snapshot()
+            except HubAPIError as exc:
+                if exc.status not in RETRY_STATUSES:
+                    raise
+                pause = exc.retry_after or poll_interval  # told to slow down: still waiting
+            else:
+                if is_done(snapshot):
+                    return snapshot
             left = deadline - time.monotonic()
             if left <= 0:
                 raise WaitTimeout(subject_id, snapshot)
-            self._sleep(min(poll_interval, left))
+            self._sleep(min(pause, left))
 
 
 class AsyncStreams:
@@ -177,15 +195,16 @@ class AsyncStreams:
         while True:
             try:
                 async for item in self._connect(subject_id, last, None):
+                    failures = 0
                     if isinstance(item, ev.Event):
-                        failures = 0
                         last = item.id or last
                         yield item
-            except httpx.TransportError:
+            except (httpx.TransportError, HubAPIError) as exc:
                 failures += 1
-                if not reconnect or failures >= self.retry.attempts:
+                delay = ev.reconnect_delay(exc, failures, self.retry) if reconnect else None
+                if delay is None:
                     raise
-                await self._sleep(self.retry.backoff(failures))
+                await self._sleep(delay)
                 continue
             if not reconnect:
                 return
@@ -205,10 +224,12 @@ class AsyncStreams:
         if is_done(snapshot):
             return snapshot
         last: str | None = None
-        try:
-            while (left := deadline - loop.time()) > 0:
+        failures = 0
+        while (left := deadline - loop.time()) > 0:
+            try:
                 async with contextlib.aclosing(self._connect(subject_id, last, left)) as items:
                     async for item in items:
+                        failures = 0
                         if item == ev.HEARTBEAT:
                             continue
                         snapshot = await fetch_snapshot()
@@ -216,14 +237,27 @@ class AsyncStreams:
                             return snapshot
                         if isinstance(item, ev.Event):
                             last = item.id or last
-        except Exception as exc:
-            if not ev.stream_unavailable(exc):
-                raise
+            except Exception as exc:
+                failures += 1
+                delay = ev.reconnect_delay(exc, failures, self.retry)
+                if delay is not None and delay < deadline - loop.time():
+                    await self._sleep(delay)  # rate-limited or dropped: the stream again
+                    continue
+                if not ev.stream_unavailable(exc):
+                    raise
+                break  # no stream to be had: poll
         while True:
-            snapshot = await fetch_snapshot()
-            if is_done(snapshot):
-                return snapshot
+            pause = poll_interval
+            try:
+                snapshot = await fetch_snapshot()
+            except HubAPIError as exc:
+                if exc.status not in RETRY_STATUSES:
+                    raise
+                pause = exc.retry_after or poll_interval  # told to slow down: still waiting
+            else:
+                if is_done(snapshot):
+                    return snapshot
             left = deadline - loop.time()
             if left <= 0:
                 raise WaitTimeout(subject_id, snapshot)
-            await self._sleep(min(poll_interval, left))
+            await self._sleep(min(pause, left))
