@@ -5,6 +5,10 @@ When a record exhausts its in-process retries, it is parked here as the *head* o
 (no due time) so the key's order holds while every other key keeps flowing. When the head
 finally succeeds or is dead-lettered, the next parked record of the key becomes the head,
 due at once. Rows survive restarts: a process that starts loads the parked keys it must hold.
+
+A head is settled (rescheduled or finished) only as the version that was tried: its
+``attempts`` grows with every try, so a copy read before another run settled it (a scan that
+raced that run's commit, a member that lost the partition) changes nothing.
 """
 
 from __future__ import annotations
@@ -107,7 +111,7 @@ class RedeliveryStore:
     async def reschedule(
         self,
         conn: AsyncConnection,
-        seq: int,
+        head: Parked,
         *,
         due_at: int,
         attempts: int,
@@ -117,11 +121,11 @@ class RedeliveryStore:
         first_failure_at: int,
         last_failure_at: int,
         history: Sequence[Mapping[str, Any]],
-    ) -> None:
-        """Set a head's next due time after another failed try."""
-        await conn.execute(
+    ) -> bool:
+        """Set a head's next due time after another failed try; False if ``head`` is stale."""
+        result = await conn.execute(
             sa.update(R)
-            .where(R.c.seq == seq)
+            .where(R.c.seq == head.seq, R.c.attempts == head.attempts)
             .values(
                 due_at=due_at,
                 state=WAITING,
@@ -134,16 +138,23 @@ class RedeliveryStore:
                 history=[dict(x) for x in history],
             )
         )
+        return result.rowcount == 1
 
-    async def finish_head(
-        self, conn: AsyncConnection, seq: int, consumer: str, key: str, now_ms: int
-    ) -> bool:
-        """Remove a finished head and make the key's next record due now; True if one remains."""
-        await conn.execute(sa.delete(R).where(R.c.seq == seq))
+    async def finish_head(self, conn: AsyncConnection, head: Parked, now_ms: int) -> bool | None:
+        """Remove a finished head and make the key's next record due now.
+
+        True if a record of the key remains, False if none does, None if ``head`` is stale
+        (another run settled it first): then nothing is changed.
+        """
+        removed = await conn.execute(
+            sa.delete(R).where(R.c.seq == head.seq, R.c.attempts == head.attempts)
+        )
+        if removed.rowcount != 1:
+            return None
         nxt = (
             await conn.execute(
                 sa.select(R.c.seq)
-                .where(R.c.consumer == consumer, R.c.key == key)
+                .where(R.c.consumer == head.consumer, R.c.key == head.key)
                 .order_by(R.c.seq)
                 .limit(1)
             )

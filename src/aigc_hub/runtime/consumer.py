@@ -316,13 +316,9 @@ class ConsumerGroupRuntime:
         """Bookkeeping for a redelivered head, run in its commit (duplicate or not)."""
 
         async def finish(conn: AsyncConnection) -> None:
-            remains = await self.deps.redeliveries.finish_head(
-                conn,
-                head.seq,
-                self.group,
-                head.key,
-                self.deps.clock.now_ms(),
-            )
+            remains = await self.deps.redeliveries.finish_head(conn, head, self.deps.clock.now_ms())
+            if remains is None:
+                return  # a stale copy: the run that settled the head did the bookkeeping
             if not remains:
                 self._mark_released(head.key)
             else:

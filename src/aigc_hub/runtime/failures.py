@@ -24,6 +24,9 @@ from aigc_hub.runtime.context import HandlerContext
 
 log = logging.getLogger(__name__)
 
+#: The outcome of a redelivered copy that another run settled first (nothing was written).
+STALE = "stale"
+
 
 class FailureRouter:
     """Parks or dead-letters records whose handling failed for good in this delivery."""
@@ -50,7 +53,8 @@ class FailureRouter:
     async def give_up(
         self, ctx: HandlerContext, envelope: Envelope | None, error: BaseException
     ) -> str:
-        """Park or dead-letter ``ctx.record``: "parked", "rescheduled" or "dead_lettered"."""
+        """Park or dead-letter ``ctx.record``: "parked", "rescheduled", "dead_lettered" or
+        :data:`STALE`."""
         now = self.clock.now_ms()
         if not ctx.failures or ctx.failures[-1]["error_message"] != str(error)[:500]:
             ctx.note_failure(error)
@@ -71,7 +75,7 @@ class FailureRouter:
         first = int(history[0]["at"]) if history else now
         attempts = (head.attempts if head else 0) + ctx.attempt
         if next_try is not None:
-            metrics.RETRIES.labels(ctx.consumer, "delayed").inc()
+            due_at = now + int(next_try.delay * 1000)
             async with self.engine.begin() as conn:
                 if head is None:
                     await self.redeliveries.park(
@@ -86,7 +90,7 @@ class FailureRouter:
                             value=record.value,
                             headers=record.headers,
                             attempts=attempts,
-                            due_at=now + int(next_try.delay * 1000),
+                            due_at=due_at,
                             error_class=type(error).__name__,
                             error_message=str(error),
                             first_failure_at=first,
@@ -94,19 +98,20 @@ class FailureRouter:
                             history=history,
                         ),
                     )
-                else:
-                    await self.redeliveries.reschedule(
-                        conn,
-                        head.seq,
-                        due_at=now + int(next_try.delay * 1000),
-                        attempts=attempts,
-                        redeliveries=performed,
-                        error_class=type(error).__name__,
-                        error_message=str(error),
-                        first_failure_at=first,
-                        last_failure_at=now,
-                        history=history,
-                    )
+                elif not await self.redeliveries.reschedule(
+                    conn,
+                    head,
+                    due_at=due_at,
+                    attempts=attempts,
+                    redeliveries=performed,
+                    error_class=type(error).__name__,
+                    error_message=str(error),
+                    first_failure_at=first,
+                    last_failure_at=now,
+                    history=history,
+                ):
+                    return STALE
+            metrics.RETRIES.labels(ctx.consumer, "delayed").inc()
             self.on_parked(key)
             return "parked" if head is None else "rescheduled"
 
@@ -127,13 +132,13 @@ class FailureRouter:
             envelope=envelope,
             history=history,
         )
-        still_parked = False
+        still_parked: bool | None = False
         async with self.engine.begin() as conn:
-            await self.dlq.add(conn, draft)
             if head is not None:
-                still_parked = await self.redeliveries.finish_head(
-                    conn, head.seq, ctx.consumer, key, now
-                )
+                still_parked = await self.redeliveries.finish_head(conn, head, now)
+                if still_parked is None:
+                    return STALE  # another run settled this head: no second dead letter
+            await self.dlq.add(conn, draft)
         metrics.DEAD_LETTERS.labels(ctx.consumer, record.topic, type(error).__name__).inc()
         log.warning(
             "dead-lettered %s/%s@%s for %s after %d attempts: %s",
