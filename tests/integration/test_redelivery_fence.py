@@ -4,7 +4,9 @@ a record cannot be rescheduled twice for one try or dead-lettered twice."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
 from aigc_hub.core.clock import ManualClock
 from aigc_hub.core.errors import PermanentError, RetryableError
@@ -12,7 +14,8 @@ from aigc_hub.messaging.base import Record
 from aigc_hub.reliability.redelivery import BLOCKED, WAITING, Parked, ParkRequest
 from aigc_hub.runtime.context import HandlerContext
 from aigc_hub.runtime.failures import STALE, FailureRouter
-from tests.support.hubs import DELAYED, hub_for, make_broker
+from tests.support import effects as fx
+from tests.support.hubs import DELAYED, hub_for, make_broker, wait_until
 
 GROUP = "fence-test"
 
@@ -95,3 +98,48 @@ async def test_a_stale_copy_of_a_head_reschedules_and_dead_letters_nothing(
             clock.now_ms(),
         )
         assert released == [] and parked == ["k", "k"]  # the key stays held by its next record
+
+
+async def test_a_timer_scan_that_read_a_head_before_its_commit_does_not_try_it_again(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The race behind the fence, made to happen: the scan after the one that found the head
+    answers the rows it would have read had it begun before that head's commit."""
+    clock = ManualClock()
+    behaviour = fx.Behaviour(fail_times={"k": 4})  # the first delivery's 4 tries fail
+    broker = make_broker("memory", tmp_path)
+    async with hub_for(db_url, broker, [fx.make_pipeline(behaviour)], clock=clock) as hub:
+        store = hub.redeliveries
+        real_due = store.due
+        found: list[Parked] = []
+        answered_stale = asyncio.Event()
+
+        async def racing_due(consumer: str, now_ms: int, **kw: Any) -> list[Parked]:
+            rows = await real_due(consumer, now_ms, **kw)
+            if rows and not found:
+                found.extend(rows)
+            elif found and not answered_stale.is_set():
+                async with asyncio.timeout(30):  # the head's try commits meanwhile
+                    while await store.list(fx.GROUP):
+                        await asyncio.sleep(0.01)
+                answered_stale.set()
+                return [*found, *rows]
+            return rows
+
+        store.due = racing_due  # type: ignore[method-assign]
+        async with hub.transaction() as conn:
+            await hub.outbox.add(conn, [fx.request("k", 0)])
+        stop = asyncio.Event()
+        run = asyncio.create_task(hub.run(stop))
+
+        async def stale_answered() -> bool:
+            return answered_stale.is_set()
+
+        await wait_until(stale_answered, timeout=60, clock=clock, step_s=20.0)
+        for _ in range(20):  # time for a stale copy to be tried, were it let through
+            await clock.advance(1.0)
+            await asyncio.sleep(0.02)
+        stop.set()
+        await run
+        assert [r[2] for r in await fx.effect_rows(hub.engine)] == ["k"]
+    assert behaviour.calls.count(("k", 0)) == 5  # 4 failed tries, 1 redelivery: no 6th

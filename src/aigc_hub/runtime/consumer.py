@@ -112,6 +112,10 @@ class ConsumerGroupRuntime:
         self._progress = asyncio.Event()
         self._timer_wake = asyncio.Event()
         self._in_timer: set[int] = set()
+        # Heads this member settled: seq -> (attempts of the version tried, timer scan under
+        # way then). A scan that began before that commit may still read the old version.
+        self._settled_heads: dict[int, tuple[int, int]] = {}
+        self._timer_scans = 0
         self._crash: BaseException | None = None
         self._consumer: Consumer | None = None
         self.finished = 0
@@ -251,7 +255,9 @@ class ConsumerGroupRuntime:
         metrics.CONSUMED.labels(self.group, item.record.topic, outcome).inc()
         self.finished += 1
         if item.redelivery is not None:
-            self._in_timer.discard(item.redelivery.seq)
+            head = item.redelivery
+            self._in_timer.discard(head.seq)
+            self._settled_heads[head.seq] = (head.attempts, self._timer_scans)
         else:
             self.tracker.done(item.record.tp, item.record.offset)
             self._room.set()
@@ -360,13 +366,19 @@ class ConsumerGroupRuntime:
             self._timer_wake.clear()
             now = clock.now_ms()
             assigned = self._consumer.assignment() if self._consumer else set()
+            self._timer_scans += 1
+            scan = self._timer_scans
             for row in await self.deps.redeliveries.due(self.group, now):
-                if row.seq in self._in_timer:
+                if row.seq in self._in_timer or self._settled(row):
                     continue
                 if assigned and TopicPartition(row.topic, row.partition) not in assigned:
                     continue  # another member owns this key's partition now
                 self._in_timer.add(row.seq)
                 self._enqueue(self._item_from_parked(row))
+            # Settled before this scan began: every later read sees it.
+            self._settled_heads = {
+                seq: settled for seq, settled in self._settled_heads.items() if settled[1] >= scan
+            }
             nxt = await self.deps.redeliveries.next_due_at(self.group)
             # Due rows already in flight (or owned elsewhere) wake us when they finish.
             wait_s = (
@@ -380,6 +392,11 @@ class ConsumerGroupRuntime:
             finally:
                 for f in (sleeper, waker, stopper):
                     f.cancel()
+
+    def _settled(self, row: Parked) -> bool:
+        """Whether ``row`` is a version of a head this member already tried and settled."""
+        settled = self._settled_heads.get(row.seq)
+        return settled is not None and settled[0] == row.attempts
 
     def _item_from_parked(self, row: Parked) -> _Item:
         record = Record(row.topic, row.partition, row.offset, row.key, row.value, row.headers, 0)
