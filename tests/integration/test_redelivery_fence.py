@@ -114,14 +114,15 @@ async def test_a_timer_scan_that_read_a_head_before_its_commit_does_not_try_it_a
         found: list[Parked] = []
         answered_stale = asyncio.Event()
 
+        async def settled() -> bool:
+            return not await store.list(fx.GROUP)
+
         async def racing_due(consumer: str, now_ms: int, **kw: Any) -> list[Parked]:
             rows = await real_due(consumer, now_ms, **kw)
             if rows and not found:
                 found.extend(rows)
             elif found and not answered_stale.is_set():
-                async with asyncio.timeout(30):  # the head's try commits meanwhile
-                    while await store.list(fx.GROUP):
-                        await asyncio.sleep(0.01)
+                await wait_until(settled, timeout=30)  # the head's try commits meanwhile
                 answered_stale.set()
                 return [*found, *rows]
             return rows
