@@ -131,6 +131,35 @@ async def test_sync_wait_for_over_sse_and_its_timeout(served: Served) -> None:
     assert result["status"] == "SUCCEEDED"
 
 
+async def test_wait_for_reads_the_snapshot_only_for_notifications_worth_it(
+    served: Served,
+) -> None:
+    task = Task(served, "task-p")
+
+    async def snapshot() -> dict[str, Any]:
+        return task.snapshot()
+
+    async def work() -> None:
+        await asyncio.sleep(0.5)  # subscribed by then
+        for _ in range(5):
+            await served.notify(served.tenant_a, "task-p", "RUNNING")
+        await task.finish_later(0.2)
+
+    worker = asyncio.create_task(work())
+    async with AsyncHubClient(served.url, api_key=served.key_a) as hub:
+        result = await hub.wait_for(
+            "task-p",
+            snapshot,
+            done,
+            timeout=20,
+            poll_interval=60,
+            worth_reading=lambda note: note.status == "SUCCEEDED",
+        )
+    await worker
+    assert result["status"] == "SUCCEEDED"
+    assert task.reads == 3  # first read, subscribed, the terminal notification: no progress
+
+
 def _refusing_events(request: httpx.Request) -> httpx.Response:
     assert request.url.path == "/v1/events"
     return httpx.Response(

@@ -9,6 +9,7 @@ lines, a blank line ends an event, ``:`` lines are comments (the server's ``read
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -46,6 +47,19 @@ class Event:
 
 #: What one connection yields: events, and the comments ``ready`` / ``heartbeat``.
 StreamItem = Event | str
+
+#: Whether a notification may have changed what a waiter looks for in the snapshot.
+NotificationFilter = Callable[[m.Notification], bool]
+
+
+def worth_a_look(item: StreamItem, worth_reading: NotificationFilter | None) -> bool:
+    """Whether ``item`` calls for reading the snapshot again: being subscribed (``ready``), a
+    reset, or a notification that ``worth_reading`` accepts (all, without one)."""
+    if item == HEARTBEAT:
+        return False
+    if isinstance(item, Event) and item.notification is not None and worth_reading is not None:
+        return worth_reading(item.notification)
+    return True
 
 
 class Parser:

@@ -159,6 +159,10 @@ class Notification(_Model):
     data: dict[str, Any] = {}
 
 
+#: The states a generation task never leaves.
+TERMINAL_TASK_STATUSES = frozenset({"SUCCEEDED", "FAILED", "CANCELED"})
+
+
 class GenerationTask(_Model):
     """A generation task's snapshot (``GET /v1/generation-tasks/{id}``): the facts."""
 
@@ -186,7 +190,7 @@ class GenerationTask(_Model):
     @property
     def done(self) -> bool:
         """True once the task is SUCCEEDED, FAILED or CANCELED (it never moves again)."""
-        return self.status in ("SUCCEEDED", "FAILED", "CANCELED")
+        return self.status in TERMINAL_TASK_STATUSES
 
 
 class GenerationTaskPage(_Model):

@@ -98,12 +98,15 @@ class SyncStreams:
         is_done: Callable[[Snapshot], bool],
         timeout: float,
         poll_interval: float = 1.0,
+        worth_reading: ev.NotificationFilter | None = None,
     ) -> Snapshot:
         """The subject's snapshot once ``is_done`` holds; :class:`WaitTimeout` after ``timeout``.
 
         Reads the snapshot first, then listens to the subject's notifications and reads it
         again once subscribed and on every notification or reset (notifications are hints,
-        the snapshot is the fact). A refused or dropped stream (connection error, 429, 502–504)
+        the snapshot is the fact); ``worth_reading``, when given, skips the read for
+        notifications it refuses (e.g. progress steps when only a terminal state matters). A
+        refused or dropped stream (connection error, 429, 502–504)
         is opened again after the server's ``Retry-After`` or a backoff, up to
         ``retry.attempts`` times in a row; when the stream stays unavailable (those, or
         404/405/501) it polls every ``poll_interval`` s instead.
@@ -119,13 +122,13 @@ class SyncStreams:
                 with contextlib.closing(self._connect(subject_id, last, left)) as items:
                     for item in items:
                         failures = 0
-                        if item == ev.HEARTBEAT:
+                        if isinstance(item, ev.Event):
+                            last = item.id or last
+                        if not ev.worth_a_look(item, worth_reading):
                             continue
                         snapshot = fetch_snapshot()  # subscribed, notified or reset: look again
                         if is_done(snapshot):
                             return snapshot
-                        if isinstance(item, ev.Event):
-                            last = item.id or last
             except Exception as exc:
                 failures += 1
                 delay = ev.reconnect_delay(exc, failures, self.retry)
@@ -216,6 +219,7 @@ class AsyncStreams:
         is_done: Callable[[Snapshot], bool],
         timeout: float,
         poll_interval: float = 1.0,
+        worth_reading: ev.NotificationFilter | None = None,
     ) -> Snapshot:
         """See :meth:`SyncStreams.wait_for`; ``fetch_snapshot`` is a coroutine function here."""
         loop = asyncio.get_running_loop()
@@ -230,13 +234,13 @@ class AsyncStreams:
                 async with contextlib.aclosing(self._connect(subject_id, last, left)) as items:
                     async for item in items:
                         failures = 0
-                        if item == ev.HEARTBEAT:
+                        if isinstance(item, ev.Event):
+                            last = item.id or last
+                        if not ev.worth_a_look(item, worth_reading):
                             continue
                         snapshot = await fetch_snapshot()
                         if is_done(snapshot):
                             return snapshot
-                        if isinstance(item, ev.Event):
-                            last = item.id or last
             except Exception as exc:
                 failures += 1
                 delay = ev.reconnect_delay(exc, failures, self.retry)

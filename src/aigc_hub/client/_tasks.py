@@ -66,6 +66,12 @@ def credits_call() -> Call[m.Credits]:
     return Call("GET", "/v1/credits", model(m.Credits))
 
 
+def may_have_finished(note: m.Notification) -> bool:
+    """Whether a task's notification is worth a snapshot read for ``wait`` (progress steps and
+    non-terminal moves are not: every terminal move has its own notification)."""
+    return note.status is None or note.status in m.TERMINAL_TASK_STATUSES
+
+
 def _segment(value: str) -> str:
     from urllib.parse import quote
 
@@ -146,6 +152,7 @@ class SyncTasks:
             lambda t: t.done,
             timeout,
             poll_interval,
+            may_have_finished,
         )
         return task
 
@@ -222,6 +229,6 @@ class AsyncTasks:
             return await self.get_task(task_id)
 
         task: m.GenerationTask = await self.wait_for(
-            task_id, snapshot, lambda t: t.done, timeout, poll_interval
+            task_id, snapshot, lambda t: t.done, timeout, poll_interval, may_have_finished
         )
         return task
