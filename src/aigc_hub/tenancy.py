@@ -123,16 +123,18 @@ async def list_tenants(engine: AsyncEngine) -> list[Tenant]:
     return [Tenant(id=r.id, name=r.name, created_at=r.created_at) for r in rows]
 
 
+#: A live key by its hash (built once: every API request asks).
+_LIVE_KEY = sa.select(
+    tables.api_keys.c.id, tables.api_keys.c.tenant_id, tables.api_keys.c.role
+).where(tables.api_keys.c.key_hash == sa.bindparam("hash"), tables.api_keys.c.revoked_at.is_(None))
+
+
 async def authenticate(engine: AsyncEngine, presented: str) -> Principal | None:
     """The principal of a live key, or None for an unknown or revoked one."""
     if not presented.startswith(KEY_PREFIX):
         return None
-    k = tables.api_keys
-    query = sa.select(k.c.id, k.c.tenant_id, k.c.role).where(
-        k.c.key_hash == hash_key(presented), k.c.revoked_at.is_(None)
-    )
     async with engine.connect() as conn:
-        row = (await conn.execute(query)).first()
+        row = (await conn.execute(_LIVE_KEY, {"hash": hash_key(presented)})).first()
     if row is None:
         return None
     role: Role = "admin" if row.role == "admin" else "tenant"

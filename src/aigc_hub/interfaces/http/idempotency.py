@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -65,7 +66,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from aigc_hub.interfaces.http import auth, problems
 from aigc_hub.interfaces.http.problems import Problem
 from aigc_hub.store import tables
-from aigc_hub.store.dialects import dialect_of
+from aigc_hub.store.dialects import Dialect, dialect_of
 from aigc_hub.store.engine import reader
 
 log = logging.getLogger(__name__)
@@ -211,6 +212,39 @@ async def admin_idempotent(
     return await _claim(request, ADMIN_SCOPE)
 
 
+# The statements of every keyed request, built once (parameters bound at execute time).
+_T = tables.idempotency_keys
+_THIS_KEY = (_T.c.tenant_id == sa.bindparam("scope"), _T.c.key == sa.bindparam("idem_key"))
+_DELETE_EXPIRED = _T.delete().where(*_THIS_KEY, _T.c.expires_at <= sa.bindparam("now"))
+_SELECT_KEY = sa.select(_T).where(*_THIS_KEY)
+_UNTOUCHED_CLAIM = (
+    *_THIS_KEY,
+    _T.c.status == IN_FLIGHT,
+    _T.c.created_at == sa.bindparam("claimed_at"),
+)
+_RELEASE = _T.delete().where(*_UNTOUCHED_CLAIM)
+_STORE = (
+    _T.update()
+    .where(*_UNTOUCHED_CLAIM)
+    .values(
+        status=DONE,
+        response_status=sa.bindparam("answer_status"),
+        response_headers=sa.bindparam("answer_headers"),
+        response_body=sa.bindparam("answer_body"),
+    )
+)
+
+
+@functools.cache
+def _claim_insert(dialect: Dialect) -> Any:
+    """INSERT of a new claim that does nothing when the key is taken, for ``dialect``."""
+    return (
+        dialect.insert(_T)
+        .on_conflict_do_nothing(index_elements=["tenant_id", "key"])
+        .returning(_T.c.key)
+    )
+
+
 async def _claim(request: Request, scope: str) -> IdempotencyClaim:
     if not request.scope.get(_ROUTE):
         raise RuntimeError("the Idempotency dependency needs route_class=IdempotentRoute")
@@ -220,36 +254,32 @@ async def _claim(request: Request, scope: str) -> IdempotencyClaim:
     body = await request.body()
     printed = fingerprint(request.method, request.url.path, request.url.query, body)
     engine = hub.engine
-    t = tables.idempotency_keys
-    where = (t.c.tenant_id == scope, t.c.key == key)
+    claim_insert = _claim_insert(dialect_of(engine))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + policy.wait_s
     while True:
         now = hub.clock.now_ms()
-        insert = (
-            dialect_of(engine)
-            .insert(t)
-            .values(
-                tenant_id=scope,
-                key=key,
-                fingerprint=printed,
-                status=IN_FLIGHT,
-                created_at=now,
-                expires_at=now + int(policy.ttl_s * 1000),
-            )
-            .on_conflict_do_nothing(index_elements=["tenant_id", "key"])
-            .returning(t.c.key)
-        )
         async with engine.begin() as conn:
             # An expired key is free again (the scanner may not have run yet).
-            await conn.execute(t.delete().where(*where, t.c.expires_at <= now))
-            inserted = (await conn.execute(insert)).first() is not None
+            await conn.execute(_DELETE_EXPIRED, {"scope": scope, "idem_key": key, "now": now})
+            claimed = await conn.execute(
+                claim_insert,
+                {
+                    "tenant_id": scope,
+                    "key": key,
+                    "fingerprint": printed,
+                    "status": IN_FLIGHT,
+                    "created_at": now,
+                    "expires_at": now + int(policy.ttl_s * 1000),
+                },
+            )
+            inserted = claimed.first() is not None
         if inserted:
             claim = IdempotencyClaim(scope, key, printed, now)
             request.scope[_CLAIM] = claim
             return claim
         async with reader(engine) as conn:
-            row = (await conn.execute(sa.select(t).where(*where))).first()
+            row = (await conn.execute(_SELECT_KEY, {"scope": scope, "idem_key": key})).first()
         if row is None:
             continue  # released meanwhile: claim it
         if row.fingerprint != printed:
@@ -267,17 +297,13 @@ Idempotency = Annotated[IdempotencyClaim, Depends(idempotent)]
 AdminIdempotency = Annotated[IdempotencyClaim, Depends(admin_idempotent)]
 
 
+def _claim_params(claim: IdempotencyClaim) -> dict[str, Any]:
+    return {"scope": claim.tenant_id, "idem_key": claim.key, "claimed_at": claim.created_at}
+
+
 async def _release(request: Request, claim: IdempotencyClaim) -> None:
-    t = tables.idempotency_keys
     async with auth.hub_of(request).engine.begin() as conn:
-        await conn.execute(
-            t.delete().where(
-                t.c.tenant_id == claim.tenant_id,
-                t.c.key == claim.key,
-                t.c.status == IN_FLIGHT,
-                t.c.created_at == claim.created_at,
-            )
-        )
+        await conn.execute(_RELEASE, _claim_params(claim))
 
 
 async def _buffered(response: Response) -> Response:
@@ -302,23 +328,13 @@ def _selected(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 async def _store(request: Request, claim: IdempotencyClaim, response: Response) -> None:
-    t = tables.idempotency_keys
+    answer = {
+        "answer_status": response.status_code,
+        "answer_headers": _selected(response.headers),
+        "answer_body": bytes(response.body),
+    }
     async with auth.hub_of(request).engine.begin() as conn:
-        await conn.execute(
-            t.update()
-            .where(
-                t.c.tenant_id == claim.tenant_id,
-                t.c.key == claim.key,
-                t.c.status == IN_FLIGHT,
-                t.c.created_at == claim.created_at,
-            )
-            .values(
-                status=DONE,
-                response_status=response.status_code,
-                response_headers=_selected(response.headers),
-                response_body=bytes(response.body),
-            )
-        )
+        await conn.execute(_STORE, _claim_params(claim) | answer)
 
 
 class IdempotentRoute(APIRoute):

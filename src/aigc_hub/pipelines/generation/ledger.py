@@ -138,6 +138,22 @@ async def grant(
     )
 
 
+#: The guarded hold: takes ``amount`` only while that much is available (built once: the
+#: API's hot path).
+_TAKE = (
+    sa.update(credit_accounts)
+    .where(
+        credit_accounts.c.tenant_id == sa.bindparam("tenant"),
+        credit_accounts.c.available >= sa.bindparam("amount"),
+    )
+    .values(
+        available=credit_accounts.c.available - sa.bindparam("amount"),
+        updated_at=sa.bindparam("now"),
+    )
+    .returning(credit_accounts.c.available)
+)
+
+
 async def reserve(
     conn: AsyncConnection,
     *,
@@ -149,12 +165,7 @@ async def reserve(
 ) -> None:
     """Hold ``amount`` for ``task_id``; raises :class:`InsufficientCredits` (nothing written)."""
     took = (
-        await conn.execute(
-            sa.update(credit_accounts)
-            .where(credit_accounts.c.tenant_id == tenant_id, credit_accounts.c.available >= amount)
-            .values(available=credit_accounts.c.available - amount, updated_at=now_ms)
-            .returning(credit_accounts.c.available)
-        )
+        await conn.execute(_TAKE, {"tenant": tenant_id, "amount": amount, "now": now_ms})
     ).scalar_one_or_none()
     if took is None:
         available = (
@@ -167,19 +178,20 @@ async def reserve(
         raise InsufficientCredits(int(available or 0), amount)
     business_type, business_id = _business_key(EntryType.RESERVE, task_id)
     await conn.execute(
-        credit_ledger.insert().values(
-            tenant_id=tenant_id,
-            user_id=user_id,
-            task_id=task_id,
-            business_type=business_type,
-            business_id=business_id,
-            type=EntryType.RESERVE.value,
-            amount=amount,
-            balance_delta=-amount,
-            currency_or_credit=UNIT,
-            status="posted",
-            created_at=now_ms,
-        )
+        credit_ledger.insert(),
+        {
+            "tenant_id": tenant_id,
+            "user_id": user_id,
+            "task_id": task_id,
+            "business_type": business_type,
+            "business_id": business_id,
+            "type": EntryType.RESERVE.value,
+            "amount": amount,
+            "balance_delta": -amount,
+            "currency_or_credit": UNIT,
+            "status": "posted",
+            "created_at": now_ms,
+        },
     )
 
 

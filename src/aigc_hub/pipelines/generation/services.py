@@ -223,22 +223,24 @@ async def create_task(
     )
     try:
         async with hub.transaction() as conn:
-            await conn.execute(generation_tasks.insert().values(**row))
+            # Parameters at execute time: the compiled INSERT is cached (hot path of the API).
+            await conn.execute(generation_tasks.insert(), row)
             await ledger.reserve(
                 conn, tenant_id=tenant_id, task_id=task_id, amount=cost, now_ms=now, user_id=user_id
             )
             await conn.execute(
-                task_events.insert().values(
-                    task_id=task_id,
-                    tenant_id=tenant_id,
-                    from_status=None,
-                    to_status=TaskStatus.QUEUED.value,
-                    status_version=0,
-                    cause="api.create",
-                    cause_id=queued.event_id,
-                    detail={"estimated_cost": cost, "model": body.model},
-                    at=now,
-                )
+                task_events.insert(),
+                {
+                    "task_id": task_id,
+                    "tenant_id": tenant_id,
+                    "from_status": None,
+                    "to_status": TaskStatus.QUEUED.value,
+                    "status_version": 0,
+                    "cause": "api.create",
+                    "cause_id": queued.event_id,
+                    "detail": {"estimated_cost": cost, "model": body.model},
+                    "at": now,
+                },
             )
             note = lifecycle.status_notification(row, TaskStatus.QUEUED, 0, now)
             await hub.outbox.add(conn, [queued, note])
