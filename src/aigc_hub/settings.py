@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from aigc_hub.core.errors import ConfigurationError
@@ -16,6 +16,10 @@ from aigc_hub.reliability.notification_feed import FeedSettings
 
 #: The pipelines shipped in the package, by name (``builtin_pipelines``).
 BUILTIN_PIPELINES = {"generation": "aigc_hub.pipelines.generation.pipeline:pipeline"}
+
+
+#: The shortest console secret accepted (32 characters: 192+ bits from any sane generator).
+MIN_CONSOLE_SECRET = 32
 
 
 class Settings(BaseSettings):
@@ -59,6 +63,11 @@ class Settings(BaseSettings):
     )
     api_burst: float = Field(40.0, gt=0, description="requests a tenant may send at once")
     api_max_body_bytes: int = Field(1 << 20, ge=1024, description="largest request body")
+    console_secret: SecretStr = Field(
+        SecretStr(""),
+        description="signs web console sessions; give every API process the same value "
+        "(at least 32 characters) to share logins; empty = random per process",
+    )
     metrics_host: str = Field("127.0.0.1", description="where worker/relay/scan serve /metrics")
     metrics_port: int | None = Field(
         None, ge=0, le=65535, description="port for /metrics in worker/relay/scan; none = off"
@@ -115,6 +124,17 @@ class Settings(BaseSettings):
             "consumer_overrides": _pairs(self.kafka_consumer_config),
             "producer_overrides": _pairs(self.kafka_producer_config),
         }
+
+    @field_validator("console_secret")
+    @classmethod
+    def _long_enough(cls, value: SecretStr) -> SecretStr:
+        if 0 < len(value.get_secret_value()) < MIN_CONSOLE_SECRET:
+            raise ValueError(f"use at least {MIN_CONSOLE_SECRET} characters (or none)")
+        return value
+
+    def console_secret_bytes(self) -> bytes | None:
+        """The console's session secret, or None for a random one per process."""
+        return self.console_secret.get_secret_value().encode() or None
 
     def api_limits(self) -> Limits:
         """The HTTP API's limits as these settings give them."""

@@ -25,7 +25,9 @@ async def _serve(settings: Settings, host: str, port: int) -> None:
     try:
         # Open SSE streams would hold a graceful stop forever: give them a few seconds.
         config = uvicorn.Config(
-            create_app(hub, limits=settings.api_limits()),
+            create_app(
+                hub, limits=settings.api_limits(), console_secret=settings.console_secret_bytes()
+            ),
             host=host,
             port=port,
             log_config=None,

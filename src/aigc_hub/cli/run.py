@@ -75,7 +75,9 @@ async def _with_api(
             yield
 
     config = uvicorn.Config(
-        create_app(hub, limits=settings.api_limits()),
+        create_app(
+            hub, limits=settings.api_limits(), console_secret=settings.console_secret_bytes()
+        ),
         host=settings.api_host,
         port=settings.api_port,
         log_config=None,

@@ -15,6 +15,7 @@ from fastapi import APIRouter, FastAPI
 
 from aigc_hub.bootstrap import Hub
 from aigc_hub.interfaces import console
+from aigc_hub.interfaces.console.sessions import Sessions
 from aigc_hub.interfaces.http import admin, events, health, problems
 from aigc_hub.interfaces.http.limits import BodyLimits, Limits
 
@@ -23,11 +24,17 @@ API_PREFIX = "/v1"
 
 
 def create_app(
-    hub: Hub, *, limits: Limits | None = None, routers: list[APIRouter] | None = None
+    hub: Hub,
+    *,
+    limits: Limits | None = None,
+    routers: list[APIRouter] | None = None,
+    console_secret: bytes | None = None,
 ) -> FastAPI:
     """The HTTP API for ``hub``; ``routers`` (tests, extensions) are mounted under ``/v1``.
 
-    The app does not own the hub: no lifespan starts or closes it.
+    ``console_secret`` signs console sessions (processes that share it share logins; None:
+    a random secret per process). The app does not own the hub: no lifespan starts or
+    closes it.
     """
     limits = limits or Limits()
     app = FastAPI(
@@ -38,6 +45,8 @@ def create_app(
     )
     app.state.hub = hub
     app.state.limits = limits
+    if console_secret is not None:
+        app.state.console_sessions = Sessions(secret=console_secret)
     problems.install(app)
     app.add_middleware(BodyLimits, limits=limits)
     app.include_router(health.router)
