@@ -41,17 +41,21 @@ async def test_a_login_on_one_process_is_valid_on_another_with_the_same_secret(
         second = create_app(hub, console_secret=SHARED.encode())
         foreign = create_app(hub, console_secret=b"t" * 32)
         random = create_app(hub)
-        async with serve(first) as one, serve(second) as two:
-            async with serve(foreign) as three, serve(random) as four:
-                async with httpx.AsyncClient(base_url=one) as client:
-                    login = await client.post("/console/login", data={"key": admin_key})
-                assert login.status_code == 303
-                session = login.cookies[COOKIE]
+        async with (
+            serve(first) as one,
+            serve(second) as two,
+            serve(foreign) as three,
+            serve(random) as four,
+        ):
+            async with httpx.AsyncClient(base_url=one) as client:
+                login = await client.post("/console/login", data={"key": admin_key})
+            assert login.status_code == 303
+            session = login.cookies[COOKIE]
 
-                assert (await _dlq_page(one, session)).status_code == 200
-                shared = await _dlq_page(two, session)
-                assert shared.status_code == 200 and "Dead letters" in shared.text
-                for elsewhere in (three, four):
-                    refused = await _dlq_page(elsewhere, session)
-                    assert refused.status_code == 303
-                    assert refused.headers["location"].startswith("/console/login")
+            assert (await _dlq_page(one, session)).status_code == 200
+            shared = await _dlq_page(two, session)
+            assert shared.status_code == 200 and "Dead letters" in shared.text
+            for elsewhere in (three, four):
+                refused = await _dlq_page(elsewhere, session)
+                assert refused.status_code == 303
+                assert refused.headers["location"].startswith("/console/login")
