@@ -69,9 +69,10 @@ class SyncStreams:
     ) -> Iterator[ev.Event]:
         """The tenant's notifications and resets (``GET /v1/events``), until you stop iterating.
 
-        A dropped or ended connection is reopened with the last event's id (transport errors
-        ``retry.attempts`` times in a row, with backoff, then raised); a ``reset`` event means
-        re-read your snapshots. Error answers raise :class:`HubAPIError` subclasses.
+        A dropped or ended connection is reopened with the last event's id; transport errors
+        and 429/502–504 answers are retried ``retry.attempts`` times in a row (after the
+        server's ``Retry-After``, or a backoff), then raised. A ``reset`` event means re-read
+        your snapshots. Other error answers raise :class:`HubAPIError` subclasses.
         """
         last, failures = last_event_id, 0
         while True:
@@ -105,11 +106,11 @@ class SyncStreams:
         Reads the snapshot first, then listens to the subject's notifications and reads it
         again once subscribed and on every notification or reset (notifications are hints,
         the snapshot is the fact); ``worth_reading``, when given, skips the read for
-        notifications it refuses (e.g. progress steps when only a terminal state matters). A
-        refused or dropped stream (connection error, 429, 502–504)
-        is opened again after the server's ``Retry-After`` or a backoff, up to
-        ``retry.attempts`` times in a row; when the stream stays unavailable (those, or
-        404/405/501) it polls every ``poll_interval`` s instead.
+        notifications it refuses (e.g. progress steps when only a terminal state matters).
+        A refused or dropped stream (connection error, 429, 502–504) is opened again after
+        the server's ``Retry-After`` or a backoff, up to ``retry.attempts`` times in a row;
+        when the stream stays unavailable (those, or 404/405/501) it polls every
+        ``poll_interval`` s instead, waiting on through 429s.
         """
         deadline = time.monotonic() + timeout
         snapshot = fetch_snapshot()
