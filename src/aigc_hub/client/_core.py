@@ -66,6 +66,13 @@ class RetryPolicy:
         ceiling = min(self.max_backoff_s, self.backoff_s * 2 ** (retry - 1))
         return float(ceiling * rng()) if self.jitter else float(ceiling)
 
+    def delay(self, retry: int, retry_after: float | None) -> float:
+        """Seconds before retry number ``retry``: the server's ``Retry-After`` when it sent one
+        (at most ``max_retry_after_s``), else :meth:`backoff`."""
+        if retry_after is not None:
+            return min(retry_after, self.max_retry_after_s)
+        return self.backoff(retry)
+
 
 #: A policy that never retries.
 NO_RETRY = RetryPolicy(attempts=1)
@@ -124,10 +131,7 @@ def retry_delay_for_response(
     )
     if status not in RETRY_STATUSES and not in_flight:
         return None
-    after = parse_retry_after(response.headers.get("Retry-After"))
-    if after is not None:
-        return min(after, policy.max_retry_after_s)
-    return policy.backoff(retry)
+    return policy.delay(retry, parse_retry_after(response.headers.get("Retry-After")))
 
 
 def retry_delay_for_error(

@@ -129,10 +129,16 @@ def reconnect_delay(error: Exception, failures: int, policy: RetryPolicy) -> flo
     if isinstance(error, httpx.TransportError):
         return policy.backoff(failures)
     if isinstance(error, HubAPIError) and error.status in RETRY_STATUSES:
-        if error.retry_after is not None:
-            return min(error.retry_after, policy.max_retry_after_s)
-        return policy.backoff(failures)
+        return policy.delay(failures, error.retry_after)
     return None
+
+
+def polling_pause(error: HubAPIError, poll_interval: float) -> float:
+    """How long a poller told to slow down (429/502–504) waits before its next read; any other
+    error answer is raised again."""
+    if error.status not in RETRY_STATUSES:
+        raise error
+    return error.retry_after or poll_interval
 
 
 def stream_unavailable(error: Exception) -> bool:

@@ -22,7 +22,7 @@ import httpx
 
 from aigc_hub.client import _core as core
 from aigc_hub.client import _events as ev
-from aigc_hub.client._core import RETRY_STATUSES, RetryPolicy
+from aigc_hub.client._core import RetryPolicy
 from aigc_hub.client._errors import HubAPIError, WaitTimeout
 
 Snapshot = dict[str, Any]
@@ -144,9 +144,7 @@ class SyncStreams:
             try:
                 snapshot = fetch_snapshot()
             except HubAPIError as exc:
-                if exc.status not in RETRY_STATUSES:
-                    raise
-                pause = exc.retry_after or poll_interval  # told to slow down: still waiting
+                pause = ev.polling_pause(exc, poll_interval)  # told to slow down: still waiting
             else:
                 if is_done(snapshot):
                     return snapshot
@@ -256,9 +254,7 @@ class AsyncStreams:
             try:
                 snapshot = await fetch_snapshot()
             except HubAPIError as exc:
-                if exc.status not in RETRY_STATUSES:
-                    raise
-                pause = exc.retry_after or poll_interval  # told to slow down: still waiting
+                pause = ev.polling_pause(exc, poll_interval)  # told to slow down: still waiting
             else:
                 if is_done(snapshot):
                     return snapshot
