@@ -18,7 +18,7 @@ from aigc_hub.reliability.notification_feed import FeedSettings
 BUILTIN_PIPELINES = {"generation": "aigc_hub.pipelines.generation.pipeline:pipeline"}
 
 
-#: The shortest console secret accepted (32 characters: 192+ bits from any sane generator).
+#: The shortest console secret accepted, in characters (a short one is guessable offline).
 MIN_CONSOLE_SECRET = 32
 
 
