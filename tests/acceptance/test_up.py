@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -56,3 +57,40 @@ def test_up_serves_a_ready_api_and_stops_cleanly(tmp_path: Path) -> None:
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out
     assert "data lives under" in out
+
+
+def test_up_says_in_one_line_at_start_that_a_media_tool_is_missing(tmp_path: Path) -> None:
+    port, provider_port = _free_port(), _free_port()
+    env = {
+        **os.environ,
+        "AIGC_HUB_BUILTIN_PIPELINES": "generation",
+        "AIGC_HUB_API_PORT": str(port),
+        "AIGC_HUB_GEN_LOCAL_PROVIDER_URL": f"http://127.0.0.1:{provider_port}",
+        "AIGC_HUB_FFPROBE": str(tmp_path / "no-ffprobe-here"),
+        "AIGC_HUB_LOG_LEVEL": "WARNING",
+        "PYTHONPATH": str(ROOT),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aigc_hub", "up"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        ready = False
+        while not ready and time.monotonic() < deadline:
+            with contextlib.suppress(httpx.TransportError):
+                ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
+            time.sleep(0 if ready else 0.2)
+        assert ready
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    warnings = [line for line in out.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1, out
+    assert "ffprobe is not an executable at AIGC_HUB_FFPROBE=" in warnings[0]
+    assert "ffmpeg" not in warnings[0].split("ffprobe", 1)[0]  # ffmpeg itself was found

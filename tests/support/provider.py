@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from aigc_hub.media import tools as media_tools
 from aigc_hub.pipelines.generation import webhooks
 from aigc_hub.pipelines.generation.local_provider.faults import Faults
 
@@ -26,11 +26,11 @@ SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 
 def require_ffmpeg() -> None:
-    """Skip (fail under CI) when FFmpeg is missing."""
+    """Skip (fail under CI) when FFmpeg is missing: neither the system's nor the wheel's."""
     from tests.conftest import service_missing
 
-    if shutil.which("ffmpeg") is None or shutil.which("ffprobe") is None:
-        service_missing("FFmpeg", "install the Debian package ffmpeg")
+    for problem in media_tools.missing():
+        service_missing(problem.name, str(problem))
 
 
 def free_port() -> int:
@@ -203,7 +203,8 @@ def webhook_receiver(
 def ffprobe(path: Path) -> dict[str, Any]:
     """codec, size and duration of the first video stream."""
     entries = "stream=codec_name,width,height,duration,pix_fmt"
-    args = ["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries", entries]
+    ffprobe = media_tools.executable("ffprobe")
+    args = [ffprobe, "-v", "error", "-select_streams", "v:0", "-show_entries", entries]
     out = subprocess.run(
         [*args, "-of", "json", str(path)],
         capture_output=True,

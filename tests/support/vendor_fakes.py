@@ -29,6 +29,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
+from aigc_hub.media import tools as media_tools
 from aigc_hub.pipelines.generation import webhooks
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vendors"
@@ -179,8 +180,9 @@ class VendorFake:
         with self.lock:
             if not out.exists():
                 source = f"testsrc2=size={width}x{height}:rate=25"
+                ffmpeg = media_tools.executable("ffmpeg")
                 subprocess.run(
-                    ["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", source, "-t", str(seconds),
+                    [ffmpeg, "-v", "error", "-y", "-f", "lavfi", "-i", source, "-t", str(seconds),
                      "-pix_fmt", "yuv420p", "-c:v", "libx264", "-preset", "ultrafast",
                      "-movflags", "+faststart", str(out)],
                     check=True, timeout=60,

@@ -116,6 +116,11 @@ def report_error(message: str) -> None:
     error_console().print(f"[bold red]error:[/] {escape(message)}")
 
 
+def report_warning(message: str) -> None:
+    """Print ``warning: message`` in yellow on stderr, as one line."""
+    error_console().print(f"[bold yellow]warning:[/] {escape(message)}")
+
+
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
     """Turn a user mistake into one error line and its exit code; also usable as a decorator.

@@ -12,6 +12,7 @@ import typer
 
 from aigc_hub import bootstrap
 from aigc_hub.cli import common
+from aigc_hub.media import tools as media_tools
 from aigc_hub.observability.exporter import start_exporter
 from aigc_hub.observability.logging import configure_logging
 from aigc_hub.settings import Settings
@@ -99,9 +100,20 @@ async def _generation(hub: bootstrap.Hub, settings: Settings) -> AsyncIterator[N
 
     api_url = f"http://{settings.api_host}:{settings.api_port}"
     async with embedded_provider(hub, settings.data_dir / "provider", api_url=api_url) as gen:
+        if gen is not None:
+            _warn_missing_media_tools()
         if gen is not None and gen.run_local_provider:
             common.console().print(f"local provider on {gen.local_provider_url}")
         yield
+
+
+def _warn_missing_media_tools() -> None:
+    """One line at start when generation cannot render or probe clips on this machine."""
+    problems = media_tools.missing()
+    if problems:
+        common.report_warning(
+            "generation tasks cannot finish here: " + "; ".join(str(p) for p in problems)
+        )
 
 
 def _configure_logging(settings: Settings) -> None:

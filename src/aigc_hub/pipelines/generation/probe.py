@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from aigc_hub.media import tools
+
 
 class InvalidMedia(ValueError):
     """The file is not a readable video."""
@@ -24,8 +26,12 @@ class VideoInfo:
 
 
 async def probe_video(path: Path, *, timeout_s: float = 30.0) -> VideoInfo:
+    """What ffprobe reads in ``path``; InvalidMedia when it is not a readable video.
+
+    Raises MediaToolMissing (a configuration error, retried later) when there is no ffprobe.
+    """
     proc = await asyncio.create_subprocess_exec(
-        "ffprobe",
+        tools.executable("ffprobe"),
         "-v",
         "error",
         "-print_format",

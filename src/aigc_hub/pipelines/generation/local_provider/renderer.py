@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
+from aigc_hub.media import tools
+
 RenderMode = Literal["ffmpeg", "instant"]
 FPS = 25
 _FONT_CANDIDATES = (
@@ -63,6 +65,7 @@ def ffmpeg_args(
     out: Path,
     textfile: Path | None,
     font: str | None,
+    executable: str = "ffmpeg",
 ) -> list[str]:
     """The FFmpeg command line for one clip (no shell: every value is its own argument)."""
     source, hue = _look(prompt, width, height)
@@ -74,7 +77,7 @@ def ffmpeg_args(
             f":fontsize={max(8, height // 12)}:box=1:boxcolor=black@0.5:x=(w-tw)/2:y=h-th-4"
         )
     return [
-        "ffmpeg", "-hide_banner", "-nostdin", "-loglevel", "error", "-y",
+        executable, "-hide_banner", "-nostdin", "-loglevel", "error", "-y",
         "-f", "lavfi", "-i", source,
         "-vf", ",".join(filters),
         "-t", str(duration_s), "-r", str(FPS),
@@ -132,6 +135,10 @@ class Renderer:
         dest: Path,
         on_progress: Callable[[float], None] | None,
     ) -> None:
+        try:
+            exe = tools.executable("ffmpeg")
+        except tools.MediaToolMissing as exc:
+            raise RenderError(str(exc)) from None
         dest.parent.mkdir(parents=True, exist_ok=True)
         part = dest.with_name(f".{dest.name}.{secrets.token_hex(4)}.part")
         textfile = dest.with_name(f".{dest.name}.{secrets.token_hex(4)}.txt")
@@ -141,7 +148,9 @@ class Renderer:
                 textfile.write_text(text, encoding="utf-8", errors="replace")
                 try:
                     await _run(
-                        ffmpeg_args(prompt, width, height, duration_s, part, textfile, self.font),
+                        ffmpeg_args(
+                            prompt, width, height, duration_s, part, textfile, self.font, exe
+                        ),
                         duration_s,
                         on_progress,
                     )
@@ -150,7 +159,7 @@ class Renderer:
                 except RenderError:
                     pass  # fall back to a clip without text
             await _run(
-                ffmpeg_args(prompt, width, height, duration_s, part, None, None),
+                ffmpeg_args(prompt, width, height, duration_s, part, None, None, exe),
                 duration_s,
                 on_progress,
             )

@@ -1,0 +1,1 @@
+"""The media toolkit shared by pipelines: :mod:`.tools` finds the FFmpeg executables."""
