@@ -177,6 +177,27 @@ async def test_a_lock_held_past_the_busy_timeout_fails_as_before_without_freezin
     assert count == 0
 
 
+async def test_a_write_waiting_for_the_lock_can_be_cancelled_and_the_engine_writes_afterwards(
+    sqlite_url: str,
+) -> None:
+    engine = store_engine.create_engine(sqlite_url)
+    try:
+        async with write_lock_held(_database(sqlite_url)) as holder:
+            write = asyncio.create_task(_insert_audit_row(engine))
+            done, _ = await asyncio.wait({write}, timeout=0.3)
+            assert not done
+            write.cancel()  # e.g. the HTTP client went away
+            with pytest.raises(asyncio.CancelledError):
+                await write
+            await holder.release()
+        await asyncio.wait_for(_insert_audit_row(engine), 10)
+        async with engine.connect() as conn:
+            count = await conn.scalar(sa.select(sa.func.count()).select_from(tables.audit_log))
+    finally:
+        await engine.dispose()
+    assert count == 1  # the cancelled write left nothing behind, the next one went through
+
+
 async def test_a_deferred_transaction_that_read_fails_at_once_when_its_write_meets_the_lock(
     sqlite_url: str,
 ) -> None:
