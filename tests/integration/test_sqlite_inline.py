@@ -15,6 +15,7 @@ from types import TracebackType
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aigc_hub.messaging.base import OutgoingMessage
 from aigc_hub.messaging.embedded import EmbeddedBroker
@@ -56,7 +57,10 @@ class LoopTicker:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         assert self._task is not None
         self._task.cancel()
@@ -119,7 +123,7 @@ def _database(url: str) -> str:
     return path
 
 
-async def _insert_audit_row(engine: sa.ext.asyncio.AsyncEngine) -> None:
+async def _insert_audit_row(engine: AsyncEngine) -> None:
     async with engine.begin() as conn:
         await conn.execute(
             tables.audit_log.insert().values(
