@@ -1,6 +1,7 @@
 """Async engines for SQLite (aiosqlite) and PostgreSQL (psycopg 3), set up for the backbone.
 
-SQLite: WAL journal, a busy timeout, and transactions we begin ourselves with
+SQLite: WAL journal, a busy timeout (waited out without blocking the event loop, see
+``store/sqlite_inline.py``), and transactions we begin ourselves with
 ``BEGIN IMMEDIATE`` (the writer lock is taken up front, so two processes never deadlock on a
 read-to-write upgrade) which also makes SAVEPOINT work under the pysqlite driver.
 
@@ -112,7 +113,6 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         cursor = dbapi_conn.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 

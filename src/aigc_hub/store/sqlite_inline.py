@@ -10,8 +10,11 @@ interface whose methods run the ``sqlite3`` calls inline, on the event loop's th
 Why that is safe here: every SQLite engine of the hub writes through a pool of ONE
 connection per file (``store.engine``), so two writers of one process never wait on each
 other's file lock; WAL readers never wait on a writer. Only another *process* holding the
-write lock can make a statement wait (SQLite's busy handler), and that wait is bounded by
-``busy_timeout``.
+write lock can make a statement wait, and that wait must not block the loop: SQLite's own
+busy handler sleeps on the calling thread, so the connection has none (busy timeout 0) and a
+statement that meets the lock pauses with ``asyncio.sleep`` and runs again (see
+:meth:`InlineConnection.run`) until the overall busy timeout is spent, then raises SQLite's
+own "database is locked" error.
 """
 
 from __future__ import annotations
@@ -19,14 +22,23 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
+
+# Pauses between attempts on a locked file, doubling: short at first (most transactions of
+# the other process last milliseconds), and at most a fifth of the longest sleep of SQLite's
+# own busy handler (100 ms), so a freed lock is taken soon; a pause costs the loop nothing.
+FIRST_PAUSE_S = 0.001
+LONGEST_PAUSE_S = 0.02
 
 
 class InlineCursor:
     """aiosqlite's cursor interface over a ``sqlite3.Cursor``, run inline."""
 
-    def __init__(self, cursor: sqlite3.Cursor) -> None:
+    def __init__(self, cursor: sqlite3.Cursor, connection: InlineConnection) -> None:
         self._cursor = cursor
+        self._connection = connection
 
     async def __aenter__(self) -> InlineCursor:
         return self
@@ -35,16 +47,19 @@ class InlineCursor:
         self._cursor.close()
 
     async def execute(self, sql: str, parameters: Sequence[Any] | None = None) -> InlineCursor:
-        """Run one statement."""
+        """Run one statement (waiting out another process's write lock, see ``run``)."""
+        cursor = self._cursor
         if parameters is None:
-            self._cursor.execute(sql)
+            await self._connection.run(sql, lambda: cursor.execute(sql))
         else:
-            self._cursor.execute(sql, parameters)
+            await self._connection.run(sql, lambda: cursor.execute(sql, parameters))
         return self
 
     async def executemany(self, sql: str, seq: Iterable[Sequence[Any]]) -> InlineCursor:
-        """Run one statement per parameter set."""
-        self._cursor.executemany(sql, seq)
+        """Run one statement per parameter set (waiting out another process's write lock)."""
+        cursor = self._cursor
+        rows = seq if isinstance(seq, list | tuple) else list(seq)  # an attempt may repeat
+        await self._connection.run(sql, lambda: cursor.executemany(sql, rows))
         return self
 
     async def fetchone(self) -> Any:
@@ -113,14 +128,59 @@ class _ImmediateQueue:
 class InlineConnection:
     """aiosqlite's connection interface over a ``sqlite3.Connection``, run inline."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, busy_timeout_s: float) -> None:
         self._conn = conn
         self._connection: sqlite3.Connection | None = conn
         self._tx = _ImmediateQueue()
+        self._busy_timeout_s = busy_timeout_s
+        # True while this connection holds no lock of the file (see ``run``).
+        self._holds_no_lock = True
 
     def cursor(self) -> InlineCursor:
         """A new cursor (usable with ``async with`` like aiosqlite's)."""
-        return InlineCursor(self._conn.cursor())
+        return InlineCursor(self._conn.cursor(), self)
+
+    async def run(self, sql: str, call: Callable[[], _T]) -> _T:
+        """``call()``, one sqlite3 call running ``sql``; a locked file is waited for asynchronously.
+
+        When the file is locked by another process, SQLite answers SQLITE_BUSY at once (the
+        connection's busy timeout is 0) and this pauses, without blocking the loop, and calls
+        again, until the overall busy timeout is spent: then SQLite's error is raised, as its
+        own busy handler would have done. It waits exactly where SQLite's busy handler would
+        have: SQLite calls it only while the connection holds no lock of the file (outside a
+        transaction, after a DEFERRED ``BEGIN``, on ``COMMIT``), where the failed statement
+        did nothing and may simply run again. A BUSY answer while the connection holds a lock
+        (a DEFERRED transaction that read, then writes) is raised at once, as SQLite does:
+        waiting could not help, only the whole transaction can be retried. Outside a
+        transaction each row of ``executemany`` commits alone, so it runs again only if no
+        row changed anything yet.
+        """
+        conn = self._conn
+        was_in_transaction = conn.in_transaction
+        changes = conn.total_changes
+        deadline: float | None = None
+        pause = FIRST_PAUSE_S
+        while True:
+            try:
+                result = call()
+            except sqlite3.OperationalError as error:
+                if not _is_busy(error):
+                    self._holds_no_lock = not conn.in_transaction  # it may have taken a lock
+                    raise
+                may_wait = self._holds_no_lock or not was_in_transaction or sql == "COMMIT"
+                if not may_wait or conn.total_changes != changes:
+                    raise
+                now = asyncio.get_running_loop().time()
+                deadline = now + self._busy_timeout_s if deadline is None else deadline
+                if now >= deadline:
+                    raise
+                await asyncio.sleep(min(pause, deadline - now))
+                pause = min(pause * 2, LONGEST_PAUSE_S)
+                continue
+            self._holds_no_lock = not conn.in_transaction or (
+                self._holds_no_lock and _takes_no_lock(sql)
+            )
+            return result
 
     async def execute(self, sql: str, parameters: Sequence[Any] | None = None) -> InlineCursor:
         """Run one statement on a new cursor."""
@@ -131,12 +191,13 @@ class InlineConnection:
         return await self.cursor().executemany(sql, seq)
 
     async def commit(self) -> None:
-        """Commit the open transaction."""
-        self._conn.commit()
+        """Commit the open transaction (waiting out another process's lock, see ``run``)."""
+        await self.run("COMMIT", self._conn.commit)
 
     async def rollback(self) -> None:
         """Roll back the open transaction."""
         self._conn.rollback()
+        self._holds_no_lock = True
 
     async def close(self) -> None:
         """Close the connection (idempotent)."""
@@ -169,13 +230,27 @@ class InlineConnection:
         return self._conn.in_transaction
 
 
-def creator(database: str, timeout_s: float) -> Callable[[], Any]:
-    """An ``async_creator`` for ``create_async_engine`` opening ``database`` inline."""
+def _is_busy(error: sqlite3.OperationalError) -> bool:
+    """True when SQLite answered SQLITE_BUSY (another connection holds the lock)."""
+    return error.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
+
+
+def _takes_no_lock(sql: str) -> bool:
+    """True for statements after which a fresh transaction still holds no lock of the file.
+
+    A DEFERRED ``BEGIN`` and ``SAVEPOINT`` take none; after ``BEGIN IMMEDIATE`` the
+    connection holds the write lock and WAL lets nothing answer BUSY until it ends, so
+    counting it here changes nothing.
+    """
+    return sql[:9].upper().startswith(("BEGIN", "SAVEPOINT"))
+
+
+def creator(database: str, busy_timeout_s: float) -> Callable[[], Any]:
+    """An ``async_creator`` opening ``database`` inline; a lock waits up to ``busy_timeout_s``."""
 
     async def connect() -> InlineConnection:
-        conn = sqlite3.connect(
-            database, timeout=timeout_s, isolation_level=None, check_same_thread=False
-        )
-        return InlineConnection(conn)
+        # timeout=0: no busy handler sleeping on the loop's thread (see InlineConnection.run)
+        conn = sqlite3.connect(database, timeout=0, isolation_level=None, check_same_thread=False)
+        return InlineConnection(conn, busy_timeout_s)
 
     return connect
