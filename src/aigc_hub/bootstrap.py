@@ -44,7 +44,6 @@ from aigc_hub.runtime.middleware import Middleware
 from aigc_hub.schemas.registry import SchemaRegistry
 from aigc_hub.settings import Settings
 from aigc_hub.store import engine as store_engine
-from aigc_hub.store import migrate
 from aigc_hub.store.dialects import dialect_of
 
 log = logging.getLogger(__name__)
@@ -385,10 +384,3 @@ def make_broker(settings: Settings) -> Broker:
     from aigc_hub.messaging.embedded import EmbeddedBroker
 
     return EmbeddedBroker(settings.resolved_log_path())
-
-
-def prepare_database(settings: Settings) -> str:
-    """Apply migrations to the configured database; returns the URL (used by ``up``)."""
-    url = settings.resolved_database_url()
-    migrate.upgrade(url)
-    return url

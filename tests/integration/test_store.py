@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from typer.testing import CliRunner
 
+from aigc_hub.cli import common
 from aigc_hub.cli import db as db_cli
 from aigc_hub.core.errors import ConfigurationError, StaleTransition
 from aigc_hub.store import migrate
@@ -369,21 +370,23 @@ def test_cli_defaults_to_a_file_in_the_data_dir(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("command_name", "url"),
+    ("command_name", "url", "code"),
     [
-        (name, url)
+        (name, url, code)
         for name in ("upgrade", "current")
-        for url in (
-            "not a url",
-            "mysql://root@127.0.0.1/hub",
-            "postgresql://postgres@127.0.0.1:1/unreachable",
+        for url, code in (
+            ("not a url", common.ExitCode.CONFIGURATION),
+            ("mysql://root@127.0.0.1/hub", common.ExitCode.CONFIGURATION),
+            ("postgresql://postgres@127.0.0.1:1/unreachable", common.ExitCode.UNAVAILABLE),
         )
     ]
-    + [("upgrade", "sqlite:////proc/no-such-folder/hub.db")],
+    + [("upgrade", "sqlite:////proc/no-such-folder/hub.db", common.ExitCode.CONFIGURATION)],
 )
-def test_cli_user_errors_exit_5_with_one_line(command_name: str, url: str) -> None:
+def test_cli_user_errors_exit_with_their_code_and_one_line(
+    command_name: str, url: str, code: common.ExitCode
+) -> None:
     result = runner.invoke(db_cli.app, [command_name, "--database-url", url])
-    assert result.exit_code == db_cli.EXIT_USER_ERROR
+    assert result.exit_code == code, result.stderr
     assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr

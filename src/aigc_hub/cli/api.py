@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from aigc_hub import bootstrap
-from aigc_hub.cli import common
+from aigc_hub.cli import common, database
 from aigc_hub.observability.logging import configure_logging
 from aigc_hub.settings import Settings
 
@@ -52,4 +52,5 @@ def api(
     """Serve the HTTP API (problem+json errors, /healthz, /readyz, /metrics)."""
     settings = Settings()
     configure_logging(settings.log_level, settings.log_json)
+    database.ready_url(settings.resolved_database_url())
     common.run_async(_serve(settings, host, port))

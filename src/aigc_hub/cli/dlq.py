@@ -10,8 +10,9 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 from rich.table import Table
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from aigc_hub.cli import common
+from aigc_hub.cli import common, database
 from aigc_hub.core.clock import SystemClock
 from aigc_hub.reliability.dlq import (
     DeadLetterFilter,
@@ -20,8 +21,6 @@ from aigc_hub.reliability.dlq import (
     DeadLetterStore,
 )
 from aigc_hub.reliability.outbox import EventRoutes, OutboxWriter
-from aigc_hub.settings import Settings
-from aigc_hub.store import engine as store_engine
 
 app = common.new_app("dlq", "Dead letters: list, show, replay, dismiss. Every action is audited.")
 
@@ -38,8 +37,7 @@ def _default_actor() -> str:
         return "cli"
 
 
-async def _store() -> DeadLetterStore:
-    engine = store_engine.create_engine(Settings().resolved_database_url())
+def _store(engine: AsyncEngine) -> DeadLetterStore:
     return DeadLetterStore(engine, OutboxWriter(EventRoutes()), SystemClock())
 
 
@@ -74,12 +72,8 @@ def list_(
         error_class=error_class,
     )
 
-    async def run() -> None:
-        store = await _store()
-        try:
-            letters = await store.list(flt, limit=limit, after_id=after)
-        finally:
-            await store.engine.dispose()
+    async def run(engine: AsyncEngine) -> None:
+        letters = await _store(engine).list(flt, limit=limit, after_id=after)
         if as_json:
             for dl in letters:
                 typer.echo(
@@ -124,21 +118,18 @@ def list_(
         if not letters:
             common.console().print("no dead letters match")
 
-    common.run_async(run())
+    database.run(None, run)
 
 
 @app.command()
 def show(dead_letter_id: Annotated[int, typer.Argument(help="The dead letter's id.")]) -> None:
     """Show one dead letter: envelope, reason headers, failure history."""
 
-    async def run() -> None:
-        store = await _store()
+    async def run(engine: AsyncEngine) -> None:
         try:
-            dl = await store.get(dead_letter_id)
+            dl = await _store(engine).get(dead_letter_id)
         except DeadLetterNotFound as exc:
             common.fail(str(exc), common.ExitCode.NOT_FOUND)
-        finally:
-            await store.engine.dispose()
         out = common.console()
         e = escape  # stored text is data, never Rich markup
         out.print(f"[bold]dead letter {dl.id}[/] ({e(dl.status)})")
@@ -168,7 +159,7 @@ def show(dead_letter_id: Annotated[int, typer.Argument(help="The dead letter's i
                 )
             )
 
-    common.run_async(run())
+    database.run(None, run)
 
 
 @app.command()
@@ -178,19 +169,16 @@ def replay(
 ) -> None:
     """Put a pending dead letter back on its original topic (same event id)."""
 
-    async def run() -> None:
-        store = await _store()
+    async def run(engine: AsyncEngine) -> None:
         try:
-            dl = await store.replay(dead_letter_id, actor=actor or _default_actor())
+            dl = await _store(engine).replay(dead_letter_id, actor=actor or _default_actor())
         except DeadLetterNotFound as exc:
             common.fail(str(exc), common.ExitCode.NOT_FOUND)
         except DeadLetterNotReplayable as exc:
             common.fail(str(exc), common.ExitCode.CONFLICT)
-        finally:
-            await store.engine.dispose()
         common.console().print(escape(f"replayed dead letter {dl.id} to {dl.topic}"))
 
-    common.run_async(run())
+    database.run(None, run)
 
 
 @app.command()
@@ -201,16 +189,12 @@ def dismiss(
 ) -> None:
     """Mark pending dead letters as dismissed (kept, never replayed)."""
 
-    async def run() -> None:
-        store = await _store()
-        try:
-            changed = await store.dismiss(
-                dead_letter_ids, actor=actor or _default_actor(), reason=reason
-            )
-        finally:
-            await store.engine.dispose()
+    async def run(engine: AsyncEngine) -> None:
+        changed = await _store(engine).dismiss(
+            dead_letter_ids, actor=actor or _default_actor(), reason=reason
+        )
         common.console().print(f"dismissed {changed} of {len(dead_letter_ids)}")
         if changed < len(dead_letter_ids):
             common.fail("some ids were unknown or not pending", common.ExitCode.CONFLICT)
 
-    common.run_async(run())
+    database.run(None, run)

@@ -11,16 +11,20 @@ import contextlib
 import json
 import uuid
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import httpx
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from aigc_hub.cli import common
+from aigc_hub.cli import common, database
 from aigc_hub.client import HubAPIError, HubClient, WaitTimeout
 from aigc_hub.client._models import GenerationTask
+
+if TYPE_CHECKING:
+    from aigc_hub.pipelines.generation.ledger import Balance
 
 app = common.new_app("gen", "Generation tasks: submit, get, list, cancel, wait; credits.")
 
@@ -186,32 +190,48 @@ def grant(
     amount: Annotated[int, typer.Argument(min=1, help="Credits to add.")],
     grant_id: Annotated[
         str | None,
-        typer.Option("--grant-id", help="Business key: the same id twice grants once."),
+        typer.Option(
+            "--grant-id",
+            help="Business key: the same id for the same tenant grants once; an id already "
+            "used for another tenant is refused (exit 4).",
+        ),
     ] = None,
-    database_url: Annotated[
-        str | None,
-        typer.Option("--database-url", envvar="AIGC_HUB_DATABASE_URL", help="Hub database."),
-    ] = None,
+    database_url: database.DatabaseUrl = None,
 ) -> None:
-    """Add credits to a tenant (an appended GRANT ledger row); prints the new balance."""
+    """Add credits to a tenant (an appended GRANT ledger row); prints the new balance.
+
+    An unknown tenant exits 3; a repeated --grant-id for the same tenant adds nothing and
+    says so.
+    """
     from aigc_hub.bootstrap import Hub
     from aigc_hub.messaging.memory import MemoryBroker
     from aigc_hub.pipelines.generation import services
-    from aigc_hub.settings import Settings
-    from aigc_hub.store import engine as store_engine
 
-    url = database_url or Settings().resolved_database_url()
+    key = grant_id or str(uuid.uuid4())
 
-    async def run() -> Any:
-        hub = Hub(engine=store_engine.create_engine(url), broker=MemoryBroker())
+    async def run(engine: AsyncEngine) -> tuple[Balance, bool]:
+        hub = Hub(engine=engine, broker=MemoryBroker())
         try:
-            return await services.grant_credits(
-                hub, tenant_id=tenant_id, amount=amount, grant_id=grant_id or str(uuid.uuid4())
+            return await services.grant_to_tenant(
+                hub, tenant_id=tenant_id, amount=amount, grant_id=key
+            )
+        except services.UnknownTenant:
+            common.fail(
+                f"no tenant {tenant_id!r}: pick an id from `aigc-hub tenants list`",
+                common.ExitCode.NOT_FOUND,
+            )
+        except services.GrantIdTaken as exc:
+            common.fail(
+                f"grant id {key!r} was already used for tenant {exc.other_tenant_id}: "
+                "choose another --grant-id",
+                common.ExitCode.CONFLICT,
             )
         finally:
             await hub.close()
 
-    balance = common.run_async(run())
+    balance, added = database.run(database_url, run)
+    if not added:
+        typer.echo(f"grant {key} was already applied to this tenant: nothing added")
     typer.echo(f"available: {balance.available}")
 
 

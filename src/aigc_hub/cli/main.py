@@ -19,6 +19,9 @@ HELP = "\n\n".join(
         "in as blueprints, listed in AIGC_HUB_PIPELINES as module:attribute, comma separated.",
         "Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 conflict, 5 unavailable, "
         "6 incompatible, 70 internal error, 78 configuration.",
+        "Commands that use the database check it first and create nothing: a bad URL, a "
+        "missing or unmigrated database exit 78 (run `aigc-hub db upgrade`; `up` migrates by "
+        "itself), an unreachable one 5.",
     )
 )
 

@@ -1,4 +1,8 @@
-"""``aigc-hub up | relay | worker``: run the hub, or one of its parts, until Ctrl-C."""
+"""``aigc-hub up | relay | worker | scan``: run the hub, or one of its parts, until Ctrl-C.
+
+``up`` migrates the database first; the others check once, at start, that it is reachable
+and migrated, and exit with one line naming the fix instead of failing on every pass.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from typing import Annotated
 import typer
 
 from aigc_hub import bootstrap
-from aigc_hub.cli import common
+from aigc_hub.cli import common, database
 from aigc_hub.media import tools as media_tools
 from aigc_hub.observability.exporter import start_exporter
 from aigc_hub.observability.logging import configure_logging
@@ -120,12 +124,29 @@ def _configure_logging(settings: Settings) -> None:
     configure_logging(level=settings.log_level.upper(), json=settings.log_json)
 
 
-def up() -> None:
+Host = Annotated[
+    str,
+    typer.Option("--host", envvar="AIGC_HUB_API_HOST", help="Address the HTTP API listens on."),
+]
+Port = Annotated[
+    int,
+    typer.Option(
+        "--port",
+        envvar="AIGC_HUB_API_PORT",
+        min=0,
+        max=65535,
+        help="Port the HTTP API listens on.",
+    ),
+]
+
+
+def up(host: Host = "127.0.0.1", port: Port = 8000) -> None:
     """Run everything on one machine (migrations, API, relay, consumer groups, scanners,
     lag monitor) until Ctrl-C."""
     settings = Settings()
+    settings.api_host, settings.api_port = host, port
     _configure_logging(settings)
-    url = bootstrap.prepare_database(settings)
+    url, _revision = database.upgrade(settings.resolved_database_url())
     out = common.console()
     out.print(f"[bold]AIGC Hub[/] up: database {url}, embedded log {settings.resolved_log_path()}")
     out.print(f"data lives under {settings.data_dir.resolve()}; Ctrl-C stops")
@@ -137,6 +158,7 @@ def relay() -> None:
     """Run only the outbox relay (start several on PostgreSQL; one is active on SQLite)."""
     settings = Settings()
     _configure_logging(settings)
+    database.ready_url(settings.resolved_database_url())
     common.run_async(_serve(settings, relay=True, groups=[]))
 
 
@@ -144,6 +166,7 @@ def scan() -> None:
     """Run the scanners (one active instance each across processes) and the lag monitor."""
     settings = Settings()
     _configure_logging(settings)
+    database.ready_url(settings.resolved_database_url())
     common.run_async(_serve(settings, relay=False, groups=[], scan=True, lag=True))
 
 
@@ -158,4 +181,5 @@ def worker(
     if concurrency:
         settings.concurrency = concurrency
     _configure_logging(settings)
+    database.ready_url(settings.resolved_database_url())
     common.run_async(_serve(settings, relay=False, groups=group))

@@ -30,6 +30,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from alembic import command
+from alembic import util as alembic_util
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -46,6 +47,8 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 _RUN_LOCK = threading.Lock()
 #: PostgreSQL advisory lock held while migrating, so concurrent upgrades queue up.
 PG_LOCK_KEY = 0x61_69_67_63_68_75_62  # "aigchub"
+#: Seconds to wait for PostgreSQL to accept a connection.
+PG_CONNECT_TIMEOUT_S = 10
 
 
 def target_metadata() -> sa.MetaData:
@@ -124,6 +127,14 @@ def head_revision() -> str:
     return head
 
 
+def is_known_revision(revision: str) -> bool:
+    """True when ``revision`` is in the packaged chain (False: a newer aigc-hub migrated it)."""
+    try:
+        return ScriptDirectory.from_config(alembic_config()).get_revision(revision) is not None
+    except alembic_util.CommandError:
+        return False
+
+
 def is_current(url: str) -> bool:
     """True when the database is migrated up to the head revision."""
     return current_revision(url) == head_revision()
@@ -166,7 +177,12 @@ def _sync_engine(url: str, *, create: bool) -> sa.Engine:
     parsed = sync_url(url)
     if parsed.get_backend_name() != "sqlite":
         try:
-            return sa.create_engine(parsed, poolclass=sa.pool.NullPool)
+            # libpq waits forever on an address that drops packets: fail in bounded time.
+            return sa.create_engine(
+                parsed,
+                poolclass=sa.pool.NullPool,
+                connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_S},
+            )
         except ImportError as exc:
             raise errors.ConfigurationError(
                 f"PostgreSQL needs psycopg: pip install 'aigc-hub[postgres]' ({exc})"

@@ -138,6 +138,19 @@ async def grant(
     )
 
 
+async def grant_recipient(conn: AsyncConnection, grant_id: str) -> str | None:
+    """The tenant that ``grant_id`` was granted to, or None when it was never used."""
+    business_type, business_id = _business_key(EntryType.GRANT, grant_id)
+    return (
+        await conn.execute(
+            sa.select(credit_ledger.c.tenant_id).where(
+                credit_ledger.c.business_type == business_type,
+                credit_ledger.c.business_id == business_id,
+            )
+        )
+    ).scalar_one_or_none()
+
+
 #: The guarded hold: takes ``amount`` only while that much is available (built once: the
 #: API's hot path).
 _TAKE = (

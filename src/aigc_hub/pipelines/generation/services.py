@@ -25,6 +25,7 @@ from aigc_hub.pipelines.generation.models import (
 from aigc_hub.pipelines.generation.requests import request_of
 from aigc_hub.pipelines.generation.states import CANCELABLE, STAGE, TaskStatus
 from aigc_hub.pipelines.generation.wiring import generation_of
+from aigc_hub.store import tables
 from aigc_hub.store.engine import reader
 
 if TYPE_CHECKING:
@@ -391,6 +392,45 @@ async def grant_credits(hub: Hub, *, tenant_id: str, amount: int, grant_id: str)
             conn, tenant_id=tenant_id, amount=amount, grant_id=grant_id, now_ms=hub.clock.now_ms()
         )
         return await ledger.balance(conn, tenant_id)
+
+
+class UnknownTenant(LookupError):
+    """No tenant has this id."""
+
+    def __init__(self, tenant_id: str) -> None:
+        self.tenant_id = tenant_id
+        super().__init__(f"no tenant {tenant_id!r}")
+
+
+class GrantIdTaken(Exception):
+    """The grant id already granted credits to another tenant."""
+
+    def __init__(self, grant_id: str, other_tenant_id: str) -> None:
+        self.grant_id = grant_id
+        self.other_tenant_id = other_tenant_id
+        super().__init__(f"grant id {grant_id!r} was already used for tenant {other_tenant_id}")
+
+
+async def grant_to_tenant(
+    hub: Hub, *, tenant_id: str, amount: int, grant_id: str
+) -> tuple[ledger.Balance, bool]:
+    """Top up an existing tenant; returns its balance and whether this call added credits
+    (False: this tenant already had ``grant_id``). Raises UnknownTenant, or GrantIdTaken when
+    another tenant has ``grant_id``; nothing is written then."""
+    async with hub.transaction() as conn:
+        known = await conn.execute(
+            sa.select(tables.tenants.c.id).where(tables.tenants.c.id == tenant_id)
+        )
+        if known.scalar_one_or_none() is None:
+            raise UnknownTenant(tenant_id)
+        added = await ledger.grant(
+            conn, tenant_id=tenant_id, amount=amount, grant_id=grant_id, now_ms=hub.clock.now_ms()
+        )
+        if not added:
+            recipient = await ledger.grant_recipient(conn, grant_id)
+            if recipient is not None and recipient != tenant_id:
+                raise GrantIdTaken(grant_id, recipient)
+        return await ledger.balance(conn, tenant_id), added
 
 
 async def credit_balance(hub: Hub, tenant_id: str) -> ledger.Balance:
