@@ -164,6 +164,7 @@ async def test_embedded_workers_one_sigkilled_mid_run_every_effect_exactly_once(
         assert distinct == N, f"{N - distinct} lost effects"
         assert len(rows) == N, f"{len(rows) - distinct} duplicate effects"
         assert sorted(r[3] for r in rows) == list(range(N))
+        print(f"{N} events, {2 * N} records, one worker SIGKILLed: {len(rows)} effects")
 
 
 async def _owners_count(log_path: Path, want: int) -> bool:
