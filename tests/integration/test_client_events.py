@@ -93,7 +93,7 @@ async def test_async_events_yield_notifications_and_resets(served: Served) -> No
         await resumed.aclose()
 
 
-async def test_sync_events_reconnect_where_they_stopped(served: Served) -> None:
+async def test_sync_events_yield_the_subjects_notifications_in_order(served: Served) -> None:
     got: list[Event] = []
 
     def read() -> None:
