@@ -89,13 +89,15 @@ def hub_up(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
     url = f"http://127.0.0.1:{api_port}"
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and proc.poll() is None:
             try:
                 if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
             time.sleep(0.2)
+        else:  # never ready: fail here, not later with a confusing connection error
+            raise AssertionError(f"aigc-hub up not ready on {url} (exit code {proc.poll()})")
         yield url, env
     finally:
         proc.send_signal(signal.SIGINT)

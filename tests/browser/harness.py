@@ -113,6 +113,10 @@ class ConsoleServer:
                 if server.started or serving.done():
                     break
                 await asyncio.sleep(0.01)
+            if not server.started:  # reported by __enter__, never a URL that does not answer
+                serving.cancel()
+                working.cancel()
+                raise RuntimeError("uvicorn did not start within 30 s")
             self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
             self._ready.set()
             await self._stop.wait()

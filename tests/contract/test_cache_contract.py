@@ -373,10 +373,11 @@ async def test_two_claimers_never_both_get_a_member(views: CacheViews, clock: Ma
     assert sorted([len(a), len(b)]) == [15, 25]
 
 
-async def test_complete_after_republish_and_redelivery_after_a_crash(
+async def test_complete_after_republish_and_a_claim_never_completed_is_claimed_again(
     cache: Cache, clock: ManualClock
 ) -> None:
-    """The seed-002 dispatcher: claim, re-publish, then complete; at-least-once on a crash."""
+    """The seed-002 dispatcher: claim, re-publish, then complete; a claim the dispatcher
+    never completes (as if it died in between) comes due again: at-least-once."""
     timers, published = cache.timers, []
     await timers.schedule("retry", "task-1", clock.now_ms(), b"payload-1")
     await timers.schedule("retry", "task-2", clock.now_ms(), b"payload-2")
@@ -384,7 +385,7 @@ async def test_complete_after_republish_and_redelivery_after_a_crash(
     for t in await timers.claim("retry", clock.now_ms(), 10, "D", 10_000):
         published.append(t.payload)
         if t.member == "task-2":
-            continue  # crash between re-publish and complete
+            continue  # stops between re-publish and complete
         assert await timers.complete("retry", t.member, owner="D")
     await clock.advance(10)
     for t in await timers.claim("retry", clock.now_ms(), 10, "D", 10_000):

@@ -26,6 +26,7 @@ from aigc_hub.interfaces.http.limits import Limits
 from aigc_hub.messaging.embedded import EmbeddedBroker
 from aigc_hub.reliability.notification_feed import FeedSettings
 from tests.integration.test_events_sse import Served, running
+from tests.support.hubs import wait_until
 from tests.support.served import free_port
 
 
@@ -34,6 +35,15 @@ async def served(sqlite_url: str, tmp_path: Path) -> AsyncIterator[Served]:
     broker = EmbeddedBroker(tmp_path / "log.db", poll_interval=0.01)
     async with running(sqlite_url, broker, FeedSettings(heartbeat_s=0.2)) as s:
         yield s
+
+
+async def subscribers(served: Served, count: int) -> None:
+    """Wait until the server's feed has exactly ``count`` open streams (they are subscribed)."""
+
+    async def reached() -> bool:
+        return served.hub.notification_feed.subscribers == count
+
+    await wait_until(reached, timeout=20)
 
 
 class Task:
@@ -51,8 +61,9 @@ class Task:
             self.reads += 1
             return dict(self.state)
 
-    async def finish_later(self, delay: float) -> None:
-        await asyncio.sleep(delay)
+    async def finish_once_subscribed(self) -> None:
+        """Finish (and notify) once a stream is subscribed, so the notification is what wakes it."""
+        await subscribers(self.served, 1)
         with self.lock:
             self.state["status"] = "SUCCEEDED"
         await self.served.notify(self.served.tenant_a, self.subject, "SUCCEEDED")
@@ -66,7 +77,7 @@ async def test_async_events_yield_notifications_and_resets(served: Served) -> No
     async with AsyncHubClient(served.url, api_key=served.key_a) as hub:
         stream = hub.events(subject_id="task-1")
         first = asyncio.create_task(anext(stream))
-        await asyncio.sleep(0.3)  # connected and subscribed
+        await subscribers(served, 1)
         await served.notify(served.tenant_a, "other")
         await served.notify(served.tenant_a, "task-1", "RUNNING")
         async with asyncio.timeout(20):
@@ -82,7 +93,7 @@ async def test_async_events_yield_notifications_and_resets(served: Served) -> No
         await resumed.aclose()
 
 
-async def test_sync_events_reconnect_where_they_stopped(served: Served) -> None:
+async def test_sync_events_yield_the_subjects_notifications_in_order(served: Served) -> None:
     got: list[Event] = []
 
     def read() -> None:
@@ -93,7 +104,7 @@ async def test_sync_events_reconnect_where_they_stopped(served: Served) -> None:
                     return
 
     reader = asyncio.create_task(asyncio.to_thread(read))
-    await asyncio.sleep(0.5)
+    await subscribers(served, 1)
     await served.notify(served.tenant_a, "task-s", "RUNNING")
     await served.notify(served.tenant_a, "task-s", "SUCCEEDED")
     async with asyncio.timeout(20):
@@ -107,7 +118,7 @@ async def test_async_wait_for_wakes_on_the_notification(served: Served) -> None:
     async def snapshot() -> dict[str, Any]:
         return task.snapshot()
 
-    worker = asyncio.create_task(task.finish_later(0.5))
+    worker = asyncio.create_task(task.finish_once_subscribed())
     async with AsyncHubClient(served.url, api_key=served.key_a) as hub:
         result = await hub.wait_for("task-w", snapshot, done, timeout=20, poll_interval=60)
     await worker
@@ -125,7 +136,8 @@ async def test_sync_wait_for_over_sse_and_its_timeout(served: Served) -> None:
     with pytest.raises(WaitTimeout) as caught:
         await asyncio.to_thread(wait, 0.5)
     assert caught.value.snapshot["status"] == "QUEUED"
-    worker = asyncio.create_task(task.finish_later(0.5))
+    await subscribers(served, 0)  # the timed-out wait's stream is gone
+    worker = asyncio.create_task(task.finish_once_subscribed())
     result = await asyncio.to_thread(wait, 20)
     await worker
     assert result["status"] == "SUCCEEDED"
@@ -140,10 +152,10 @@ async def test_wait_for_reads_the_snapshot_only_for_notifications_worth_it(
         return task.snapshot()
 
     async def work() -> None:
-        await asyncio.sleep(0.5)  # subscribed by then
+        await subscribers(served, 1)
         for _ in range(5):
             await served.notify(served.tenant_a, "task-p", "RUNNING")
-        await task.finish_later(0.2)
+        await task.finish_once_subscribed()
 
     worker = asyncio.create_task(work())
     async with AsyncHubClient(served.url, api_key=served.key_a) as hub:
@@ -231,11 +243,12 @@ async def test_a_rate_limited_stream_is_opened_again_after_retry_after(
         async with AsyncHubClient(served.url, api_key=served.key_a, transport=network) as hub:
             async with contextlib.aclosing(hub.events()) as stream:
                 first = asyncio.create_task(anext(stream))
-                await asyncio.sleep(0.3)  # connected: the tenant's one token is spent
+                await subscribers(served, 1)  # connected: the tenant's one token is spent
                 await served.notify(served.tenant_a, "other")
                 async with asyncio.timeout(20):
                     await first
-            worker = asyncio.create_task(task.finish_later(1.5))
+            await subscribers(served, 0)
+            worker = asyncio.create_task(task.finish_once_subscribed())  # after the 429
             result = await hub.wait_for("task-r", snapshot, done, timeout=20, poll_interval=60)
         await worker
     assert result["status"] == "SUCCEEDED"

@@ -109,7 +109,12 @@ async def test_always_failing_handler_goes_through_every_attempt_then_replays_on
             return any(r[2] == "doomed" for r in await fx.effect_rows(hub.engine))
 
         await wait_until(applied, timeout=30)
-        await asyncio.sleep(0.2)
+
+        async def all_committed() -> bool:
+            lag = await broker.lag(fx.GROUP, [fx.TOPIC])
+            return sum(p.lag for p in lag) == 0
+
+        await wait_until(all_committed, timeout=30)  # a second copy would have landed by now
         stop.set()
         await run
         doomed = [r for r in await fx.effect_rows(hub.engine) if r[2] == "doomed"]

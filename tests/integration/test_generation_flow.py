@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from aigc_hub.pipelines.generation.models import assets, credit_ledger
 from tests.support.generation import Stack, generation_stack
-from tests.support.hubs import make_broker
+from tests.support.hubs import make_broker, wait_until
 from tests.support.provider import ProviderServer, ffprobe, provider_server, require_ffmpeg
 
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELED"}
@@ -183,7 +183,11 @@ async def test_every_transition_and_progress_step_reaches_the_tenants_event_stre
         ):
             listening = asyncio.create_task(listen(mine, seen, "SUCCEEDED"))
             snooping = asyncio.create_task(listen(stranger, foreign, None))
-            await asyncio.sleep(0.5)  # subscribed
+
+            async def both_subscribed() -> bool:
+                return stack.hub.notification_feed.subscribers == 2
+
+            await wait_until(both_subscribed, timeout=20)  # else the stranger proves nothing
             task = await mine.create_task(
                 model="local-v1", prompt="p", duration_s=1, resolution="160x90"
             )

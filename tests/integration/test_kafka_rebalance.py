@@ -1,6 +1,7 @@
 """Kafka consumer groups under rebalances: hand-over without loss, duplicates only after the
-last commit, and exactly-once effects through the hub's inbox semantics (simulated here by
-an inbox set and the effects written with it in one step)."""
+last commit, and exactly-once effects through the hub's real inbox: each handled batch writes
+its inbox marks (``reliability.inbox.mark``) and one effect row per new mark in one database
+transaction, and the effects are counted from the database."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aigc_hub.messaging.base import (
     Consumer,
@@ -25,8 +27,11 @@ from aigc_hub.messaging.base import (
 )
 from aigc_hub.messaging.catalog import TopicSpec
 from aigc_hub.messaging.kafka import KafkaBroker
+from aigc_hub.reliability import inbox
+from aigc_hub.store import engine as store_engine
 from aigc_hub.testing.tansu import KafkaEndpoint
 from tests.conftest import kafka_or_skip
+from tests.support import effects as fx
 
 pytestmark = pytest.mark.kafka
 
@@ -41,26 +46,48 @@ def kafka_endpoint() -> Iterator[KafkaEndpoint]:
         yield endpoint
 
 
+@pytest.fixture
+async def effect_store(sqlite_url: str) -> AsyncIterator[AsyncEngine]:
+    """A migrated SQLite file (the hub's inbox table) with the test effect table."""
+    engine = store_engine.create_engine(sqlite_url)
+    await fx.create_tables(engine)
+    yield engine
+    await engine.dispose()
+
+
 def fresh(prefix: str) -> str:
     return f"{prefix}.{uuid.uuid4().hex[:8]}"
 
 
 @dataclass
-class Inbox:
-    """The hub's exactly-once recipe in miniature: an inbox mark and the effect are written
-    together (one step, like one transaction); a record whose mark exists does nothing."""
+class Handler:
+    """Applies records as the runtime does: per fetched batch, one transaction writes the
+    inbox marks and an effect row for each mark that was new; a marked event does nothing.
 
-    marks: set[str] = field(default_factory=set)
-    effects: Counter[str] = field(default_factory=Counter)
+    ``deliveries`` only records what the broker handed to which member (delivery facts);
+    whether an effect happened is read back from the database, never from this object.
+    """
+
+    engine: AsyncEngine
+    consumer: str
     deliveries: list[tuple[str, Record]] = field(default_factory=list)
 
-    def handle(self, member: str, record: Record) -> None:
-        self.deliveries.append((member, record))
-        event_id = record.value.decode()
-        if event_id in self.marks:
-            return  # duplicate: the inbox absorbs it
-        self.marks.add(event_id)
-        self.effects[event_id] += 1
+    async def handle(self, member: str, records: list[Record]) -> None:
+        """Record the deliveries, then apply the batch's new events in one transaction."""
+        if not records:
+            return
+        self.deliveries.extend((member, r) for r in records)
+        by_event = {r.value.decode(): r for r in records}
+        async with self.engine.begin() as conn:
+            new = await inbox.mark(conn, self.consumer, list(by_event), now_ms=0)
+            if new:
+                await conn.execute(
+                    fx.effects.insert(),
+                    [
+                        {"event_id": e, "key": by_event[e].key or "", "n": int(e)}
+                        for e in sorted(new, key=int)
+                    ],
+                )
 
 
 def next_offsets(records: list[Record]) -> dict[TopicPartition, int]:
@@ -79,11 +106,11 @@ async def wait_split(members: list[Consumer], topic: str) -> None:
 
 
 async def test_a_member_leaves_mid_stream_and_the_other_takes_over_exactly_once(
-    kafka_endpoint: KafkaEndpoint,
+    kafka_endpoint: KafkaEndpoint, effect_store: AsyncEngine
 ) -> None:
     stay_broker, leave_broker = kafka_endpoint.broker(), kafka_endpoint.broker()
     topic, group = fresh("rebalance"), fresh("g")
-    inbox = Inbox()
+    handler = Handler(effect_store, consumer=group)
     try:
         await stay_broker.ensure_topics([TopicSpec(topic, PARTITIONS, None)])
         stay_committed: dict[TopicPartition, int] = {}
@@ -112,12 +139,12 @@ async def test_a_member_leaves_mid_stream_and_the_other_takes_over_exactly_once(
         async def run_stay(done: asyncio.Event) -> None:
             while not done.is_set():
                 records = await stay.fetch(50, 0.1)
-                for r in records:
-                    inbox.handle("stay", r)
+                await handler.handle("stay", records)
                 offsets = next_offsets(records)
                 await stay.commit(offsets)
                 stay_committed.update(offsets)
-                if len(inbox.marks) == N:
+                # Stop once every offset was delivered (to either member): a delivery fact.
+                if len({(r.tp, r.offset) for _, r in handler.deliveries}) == N:
                     done.set()
 
         leaver_commits: dict[TopicPartition, int] = {}
@@ -127,8 +154,7 @@ async def test_a_member_leaves_mid_stream_and_the_other_takes_over_exactly_once(
             handled = 0
             while handled < 200:  # commit after every batch for a while...
                 records = await leave.fetch(50, 0.1)
-                for r in records:
-                    inbox.handle("leave", r)
+                await handler.handle("leave", records)
                 handled += len(records)
                 offsets = next_offsets(records)
                 await leave.commit(offsets)
@@ -136,9 +162,8 @@ async def test_a_member_leaves_mid_stream_and_the_other_takes_over_exactly_once(
             async with asyncio.timeout(10):  # ...then handle one batch without committing
                 while not (records := await leave.fetch(50, 0.1)):
                     pass
-            for r in records:
-                inbox.handle("leave", r)
-                uncommitted.add((r.tp, r.offset))
+            await handler.handle("leave", records)
+            uncommitted.update((r.tp, r.offset) for r in records)
             await leave.close()
             left.set()
 
@@ -147,11 +172,12 @@ async def test_a_member_leaves_mid_stream_and_the_other_takes_over_exactly_once(
             await asyncio.gather(publisher(), run_stay(done), run_leave())
 
         assert stay.assignment() == {TopicPartition(topic, p) for p in range(PARTITIONS)}
-        # Nothing lost: every record was handled by someone, and each effect happened once.
-        assert len(inbox.marks) == N
-        assert set(inbox.effects.values()) == {1}
-        # Duplicates are exactly what the leaver handled after its last commit.
-        seen = Counter((r.tp, r.offset) for _, r in inbox.deliveries)
+        # Exactly once, counted from the database: one effect row per event, none missing.
+        rows = await fx.effect_rows(effect_store)
+        assert sorted(n for *_, n in rows) == list(range(N))
+        # Duplicates are exactly what the leaver handled after its last commit, so the
+        # inbox above had real redeliveries to absorb.
+        seen = Counter((r.tp, r.offset) for _, r in handler.deliveries)
         duplicates = {pos for pos, n in seen.items() if n > 1}
         assert uncommitted and duplicates == uncommitted
         assert all(tp in leaving and off >= leaver_commits.get(tp, 0) for tp, off in duplicates)

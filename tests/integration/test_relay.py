@@ -1,4 +1,5 @@
-"""Relay: a crash between publish and mark republishes; a rollback publishes nothing."""
+"""Relay: a raise between publish and mark (in-process failpoint), then the same hub's relay
+runs again and republishes; a rollback publishes nothing."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ async def _unpublished(hub: object) -> int:
 
 
 @pytest.mark.parametrize("broker_kind", ["memory", "embedded"])
-async def test_relay_crash_after_publish_republishes_and_inbox_drops_duplicates(
+async def test_relay_raising_after_publish_then_same_hub_rerun_republishes_and_inbox_drops_dups(
     db_url: str, tmp_path: Path, broker_kind: str
 ) -> None:
     broker = make_broker(broker_kind, tmp_path)
@@ -41,7 +42,7 @@ async def test_relay_crash_after_publish_republishes_and_inbox_drops_duplicates(
         with pytest.raises(Crash):
             await hub.relay.run_once()
         assert await _unpublished(hub) == 20  # published, but never marked
-        assert await hub.relay.drain() == 20  # the restarted relay publishes them again
+        assert await hub.relay.drain() == 20  # the same relay, run again, publishes them again
         assert await _unpublished(hub) == 0
         lag = await broker.lag("nobody", [fx.TOPIC])
         assert sum(p.end_offset for p in lag) == 40

@@ -104,7 +104,14 @@ async def test_exactly_once_with_two_workers_and_a_sigkill(
             while await count() < N:
                 assert time.monotonic() < deadline, log.read_text()[-3000:]
                 await asyncio.sleep(0.2)
-            await asyncio.sleep(3)  # late duplicates would show up now
+
+            async def uncommitted() -> int:
+                return sum(p.lag for p in await broker.lag(fx.GROUP, [fx.TOPIC]))
+
+            # Every record (each event twice) handled and committed: late duplicates are in.
+            while await uncommitted() > 0:
+                assert time.monotonic() < deadline, log.read_text()[-3000:]
+                await asyncio.sleep(0.2)
 
             rows = await fx.effect_rows(hub.engine)
             event_ids = [r[1] for r in rows]

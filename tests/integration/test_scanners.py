@@ -59,7 +59,7 @@ async def test_only_the_lease_holder_runs_a_scanner_and_a_peer_takes_over(db: As
     assert (a_scanner.runs, b_scanner.runs) == (3, 0)
     assert a.state["counting"].leader and not b.state["counting"].leader
 
-    # "a" dies: it stops renewing. Within one TTL "b" leads.
+    # "a" stops renewing (as a dead process would). Within one TTL "b" leads.
     for _ in range(4):
         await clock.advance(1.0)
         await b.run_once()

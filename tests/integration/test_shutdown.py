@@ -97,7 +97,7 @@ class _Stubborn:
         self.stopped = True
 
 
-async def test_when_one_part_crashes_the_others_stop_even_if_they_swallow_a_cancel(
+async def test_when_one_part_raises_the_others_stop_even_if_they_swallow_a_cancel(
     tmp_path: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     failpoints = Failpoints()

@@ -1,5 +1,12 @@
 """Every route, called as tenant B with tenant A's ids: never a 2xx, never a side effect.
 
+Each call carries a *valid* request: a JSON body from ``BODIES`` (or the request schema's
+first example) and, for the webhook route, a well-formed delivery. The same request made by
+the resource's owner (tenant A, the admin for ``/admin``, the provider's signature for a
+callback) must then succeed, so a 422 or any other refusal of the request itself can never
+pass for isolation. B must get 403/404 (401 on the webhook route, which trusts signatures,
+not API keys), and no row of any table may change.
+
 A streaming operation (``text/event-stream``, e.g. ``GET /v1/events``) has no ids in its
 path and answers every tenant 200 with *its own* events, so it is held to the honest bar
 instead: called as B with a bound (``max_seconds``), a subject of A and a resume position
@@ -12,8 +19,12 @@ lands: its path parameters must have an entry in ``IDS_OF_TENANT_A`` or the test
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -24,7 +35,7 @@ from aigc_hub import tenancy
 from aigc_hub.bootstrap import Hub
 from aigc_hub.interfaces.http.app import create_app
 from aigc_hub.messaging.memory import MemoryBroker
-from aigc_hub.pipelines.generation import services
+from aigc_hub.pipelines.generation import services, webhooks
 from aigc_hub.pipelines.generation.pipeline import pipeline as generation
 from aigc_hub.reliability import notifications
 from aigc_hub.reliability.dlq import DeadLetterFilter
@@ -34,11 +45,15 @@ from aigc_hub.store import tables
 from tests.integration.test_admin_api import seed
 from tests.support import effects as fx
 from tests.support.hubs import hub_for
+from tests.support.provider import SECRET
 
 #: Routes anyone may call (no tenant data behind them).
 PUBLIC = {"/healthz", "/readyz", "/metrics"}
 #: Reads of the caller's own collection: B gets 200 with its own (empty) data, never A's.
 OWN_COLLECTIONS = {("GET", "/v1/generation-tasks"), ("GET", "/v1/credits")}
+#: A create charged to the caller: B (no credits) gets 402 from its own empty balance,
+#: never a task paid with A's credits.
+OWN_CREATES = {("POST", "/v1/generation-tasks")}
 
 
 async def _dead_letter_of_a(hub: Hub) -> str:
@@ -101,36 +116,101 @@ IDS_OF_TENANT_A: dict[str, Callable[[Hub], Awaitable[str]]] = {
 }
 
 
+async def _dismiss_another_letter(hub: Hub, ids: dict[str, str]) -> dict[str, Any]:
+    """Dismiss a pending letter other than the one the id routes use (they still need it)."""
+    pending = [letter.id for letter in await hub.dlq.list()]
+    other = next(i for i in pending if str(i) != ids["dead_letter_id"])
+    return {"ids": [other], "reason": "isolation check"}
+
+
+async def _replay_the_timeouts(hub: Hub, ids: dict[str, str]) -> dict[str, Any]:
+    return {"error_class": "TimeoutError", "max": 1}  # matches one seeded letter
+
+
+#: A valid JSON body per operation, where the request schema has no example to use.
+BODIES: dict[tuple[str, str], Callable[[Hub, dict[str, str]], Awaitable[dict[str, Any]]]] = {
+    ("POST", "/admin/dlq/replay"): _replay_the_timeouts,
+    ("POST", "/admin/dlq/dismiss"): _dismiss_another_letter,
+}
+
+#: The webhook route takes a raw delivery (no JSON schema): a well-formed ``job.updated``.
+WEBHOOK_BODY = json.dumps({"type": "job.updated", "data": {"id": "job-of-a", "status": "running"}})
+
+
+async def _body(
+    hub: Hub, doc: dict[str, Any], method: str, template: str, ids: dict[str, str]
+) -> dict[str, Any] | None:
+    """The valid JSON body of an operation (None when it takes none)."""
+    request_body = doc["paths"][template][method.lower()].get("requestBody")
+    if request_body is None:
+        return None
+    if (method, template) in BODIES:
+        return await BODIES[method, template](hub, ids)
+    schema = request_body["content"]["application/json"]["schema"]
+    ref = schema.get("$ref", "")
+    examples = doc["components"]["schemas"].get(ref.rsplit("/", 1)[-1], {}).get("examples")
+    assert examples, f"{method} {template}: add a valid body to BODIES"
+    return dict(examples[0])
+
+
 @pytest.fixture
-async def hub(db_url: str) -> AsyncIterator[Hub]:
+async def hub(db_url: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Hub]:
+    # The local provider's webhook secret, so a signed delivery is the callback's control.
+    monkeypatch.setenv("AIGC_HUB_GEN_LOCAL_WEBHOOK_SECRETS", SECRET)
     pipelines = [fx.make_pipeline(), notifications.pipeline, generation]
     async with hub_for(db_url, MemoryBroker(), pipelines) as started:
         yield started
 
 
-async def _row_counts(hub: Hub) -> dict[str, int]:
+async def _rows(hub: Hub, *, but_of: str) -> dict[str, list[tuple[str, ...]]]:
+    """Every row of every table, as text: any insert, update or delete shows. Left out: the
+    idempotency records in tenant ``but_of``'s own scope (its answers to its own requests)."""
+    keys = tables.idempotency_keys
     async with hub.engine.connect() as conn:
         return {
-            t.name: int(
-                (await conn.execute(sa.select(sa.func.count()).select_from(t))).scalar_one()
+            t.name: sorted(
+                tuple(str(v) for v in row)
+                for row in await conn.execute(
+                    sa.select(t).where(keys.c.tenant_id != but_of) if t is keys else sa.select(t)
+                )
             )
             for t in tables.metadata.sorted_tables
         }
 
 
+async def _job_finished(client: httpx.AsyncClient, location: str, admin: str) -> None:
+    """Wait for a bulk job the control call started, so it changes nothing later."""
+    async with asyncio.timeout(20):
+        while True:
+            job = (await client.get(location, headers={"Authorization": f"Bearer {admin}"})).json()
+            if job["status"] in ("done", "failed"):
+                return
+            await asyncio.sleep(0.02)
+
+
+def _owner_headers(template: str, key_a: str, admin: str, body: bytes | None) -> dict[str, str]:
+    """How the resource's owner calls: the admin key, the provider's signature, or A's key."""
+    if template.startswith("/admin/"):
+        return {"Authorization": f"Bearer {admin}"}
+    if template.startswith("/v1/callbacks/"):
+        return webhooks.sign_headers(SECRET, "msg-of-a", int(time.time()), body or b"")
+    return {"Authorization": f"Bearer {key_a}"}
+
+
 async def test_tenant_b_never_gets_a_2xx_or_an_effect_with_tenant_a_ids(hub: Hub) -> None:
     app: FastAPI = create_app(hub)
+    doc = app.openapi()
     tenant_a, key_a = await tenancy.create_tenant(hub.engine, "tenant-a")
-    _, key_b = await tenancy.create_tenant(hub.engine, "tenant-b")
+    tenant_b, key_b = await tenancy.create_tenant(hub.engine, "tenant-b")
+    admin = await tenancy.create_admin_key(hub.engine)
     assert key_a != key_b
     ids = {name: await make(hub) for name, make in IDS_OF_TENANT_A.items()}
     stream_params = await _stream_params_of_a(hub, tenant_a.id)
-    before = await _row_counts(hub)
 
     calls = 0
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://hub.test") as client:
-        for template, operations in app.openapi()["paths"].items():
+        for template, operations in doc["paths"].items():
             if template in PUBLIC:
                 continue
             params = re.findall(r"{(\w+)}", template)
@@ -138,23 +218,45 @@ async def test_tenant_b_never_gets_a_2xx_or_an_effect_with_tenant_a_ids(hub: Hub
             assert not missing, f"{template}: add a tenant-A id maker for {missing}"
             path = template.format(**{p: ids[p] for p in params})
             for method in sorted(m.upper() for m in operations):
+                what = f"{method} {path}"
                 streams = _streams(operations[method.lower()])
-                response = await client.request(
-                    method,
-                    path,
-                    params=stream_params if streams else None,
-                    json={} if method in ("POST", "PUT", "PATCH") else None,
-                    headers={"Authorization": f"Bearer {key_b}", "Idempotency-Key": "b-1"},
-                )
+                body = await _body(hub, doc, method, template, ids)
+                raw = WEBHOOK_BODY.encode() if template.startswith("/v1/callbacks/") else None
+
+                request: dict[str, Any] = {
+                    "method": method,
+                    "url": path,
+                    "params": stream_params if streams else None,
+                    "json": body,
+                    "content": raw,
+                }
+                before = await _rows(hub, but_of=tenant_b.id)
+                b_headers = {"Authorization": f"Bearer {key_b}", "Idempotency-Key": f"b-{calls}"}
+                as_b = await client.request(**request, headers=b_headers)
                 calls += 1
+                assert as_b.status_code != 422, f"{what}: B's request was invalid: {as_b.text}"
                 if (method, template) in OWN_COLLECTIONS:
-                    assert response.status_code == 200, (method, path, response.text)
-                    assert not any(v in response.text for v in ids.values() if len(v) > 8)
-                    continue
-                if streams and response.status_code == 200:
-                    assert "event:" not in response.text, (method, path, response.text)
-                    continue
-                assert not 200 <= response.status_code < 300, (method, path, response.text)
-                assert response.status_code in (401, 403, 404, 422), (method, path, response.text)
+                    assert as_b.status_code == 200, (what, as_b.text)
+                    assert not any(v in as_b.text for v in ids.values() if len(v) > 8)
+                elif (method, template) in OWN_CREATES:
+                    assert as_b.status_code == 402, (what, as_b.text)
+                elif streams:
+                    assert as_b.status_code == 200, (what, as_b.text)
+                    assert "event:" not in as_b.text, (what, as_b.text)
+                elif raw is not None:
+                    assert as_b.status_code == 401, (what, as_b.text)  # an API key is no signature
+                else:
+                    assert as_b.status_code in (403, 404), (what, as_b.text)
+                assert await _rows(hub, but_of=tenant_b.id) == before, f"{what}: B changed a row"
+
+                # The control: the owner's identical request is valid and accepted, so B's
+                # refusal above is about who asked, not about the request.
+                owner = _owner_headers(template, key_a, admin, raw)
+                owner["Idempotency-Key"] = f"owner-{calls}"
+                as_owner = await client.request(**request, headers=owner)
+                assert 200 <= as_owner.status_code < 300, (what, as_owner.text)
+                if streams:
+                    assert "event: notification" in as_owner.text, (what, as_owner.text)
+                if as_owner.headers.get("location", "").startswith("/admin/jobs/"):
+                    await _job_finished(client, as_owner.headers["location"], admin)
     assert calls >= 10  # every admin route and the event stream were tried
-    assert await _row_counts(hub) == before  # and nothing changed anywhere

@@ -103,7 +103,12 @@ async def generation_stack(
         for _ in range(500):  # uvicorn has no started event to await; bounded to 10 s
             if server.started:
                 break
+            if serving.done():
+                serving.result()  # raises why it could not start
+                raise RuntimeError("uvicorn stopped before it started")
             await asyncio.sleep(0.02)
+        else:
+            raise TimeoutError(f"the API did not start on {api_url} within 10 s")
         yield Stack(hub, api_url, provider)
     finally:
         stop.set()

@@ -6,6 +6,7 @@ import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Literal
 
 import pytest
 import sqlalchemy as sa
@@ -135,6 +136,19 @@ async def test_reads_do_not_wait_for_another_writer(broker: EmbeddedBroker) -> N
         other.close()
 
 
+class WatchedWakeUp(asyncio.Event):
+    """The log's append wake-up, also telling the test when a fetch starts waiting on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.awaited = asyncio.Event()
+
+    async def wait(self) -> Literal[True]:
+        """Note that someone waits, then wait as a plain event does."""
+        self.awaited.set()
+        return await super().wait()
+
+
 async def test_brokers_of_one_file_wake_each_other_without_polling(
     tmp_path: Path,
 ) -> None:
@@ -144,10 +158,13 @@ async def test_brokers_of_one_file_wake_each_other_without_polling(
         await writer.ensure_topics([TopicSpec("t", 1, None)])
         consumer = reader.consumer("g", ["t"])
         assert await consumer.fetch(1, 0) == []
+        wake = WatchedWakeUp()
+        reader.signal.changed = wake  # both brokers share this loop's signal for the file
         waiting = asyncio.create_task(consumer.fetch(10, 20))
-        await asyncio.sleep(0.05)
+        async with asyncio.timeout(5):
+            await wake.awaited.wait()  # the fetch read nothing and now waits for a wake-up
         await writer.publish(msgs("t", 2))
-        async with asyncio.timeout(2):
+        async with asyncio.timeout(2):  # the next poll is 30 s away: only the wake-up fits
             assert len(await waiting) == 2
         await consumer.commit({TopicPartition("t", 0): 2})
         assert (await writer.lag("g", ["t"]))[0].committed == 2
