@@ -94,9 +94,16 @@ def _header(headers: Mapping[str, str], name: str) -> str:
     # Header names are case-insensitive; a plain dict from a test or framework may not be.
     value: object = None
     try:
+        # A header sent twice is ambiguous (which id is deduplicated, which time is checked?):
+        # refused, even when both copies agree. Multi-value header types expose getlist.
+        getlist = getattr(headers, "getlist", None)
+        if callable(getlist) and len(getlist(name)) > 1:
+            raise WebhookVerificationError("malformed_header", f"{name} repeated")
         value = headers.get(name)
         if value is None:
             value = next((v for k, v in headers.items() if str(k).lower() == name), None)
+    except WebhookVerificationError:
+        raise
     except Exception:
         raise WebhookVerificationError("malformed_header", "unreadable headers") from None
     if value is None or value == "":
@@ -141,7 +148,8 @@ def verify(
     """Check a delivery against every secret; the id and timestamp it proves, or raise.
 
     Raises :class:`WebhookVerificationError` (and nothing else) for any headers and body:
-    ``missing_header``, ``malformed_header``, ``timestamp_out_of_window`` (older or newer
+    ``missing_header``, ``malformed_header`` (also: one of the three headers sent more than
+    once), ``timestamp_out_of_window`` (older or newer
     than ``tolerance_s`` around ``now_s``) or ``bad_signature``. Signatures are compared in
     constant time. ``secrets`` are configuration: a malformed one raises ValueError.
     """
