@@ -56,3 +56,28 @@ def test_up_serves_a_ready_api_and_stops_cleanly(tmp_path: Path) -> None:
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out
     assert "data lives under" in out
+
+
+def test_up_with_a_garbage_webhook_secret_stops_with_one_line_naming_the_setting(
+    tmp_path: Path,
+) -> None:
+    env = {
+        **os.environ,
+        "AIGC_HUB_API_PORT": str(_free_port()),
+        "AIGC_HUB_LOG_LEVEL": "WARNING",
+        "AIGC_HUB_BUILTIN_PIPELINES": "generation",
+        "AIGC_HUB_GEN_LOCAL_WEBHOOK_SECRETS": "whsec_not base64!",
+        "PYTHONPATH": str(ROOT),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "aigc_hub", "up"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,  # it stops at once; the bound only turns a hang into a failure
+    )
+    assert done.returncode == 2, done.stderr  # the documented usage-error exit code
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert "AIGC_HUB_GEN_LOCAL_WEBHOOK_SECRETS: secret 1:" in line
+    assert "Traceback" not in done.stderr and "not base64!" not in done.stderr

@@ -4,6 +4,7 @@ on SQLite and PostgreSQL, with a task and its provider job set up in the databas
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,7 +25,7 @@ from aigc_hub.pipelines.generation.pipeline import pipeline as generation
 from aigc_hub.store import tables
 from tests.support.hubs import hub_for
 
-SECRET = webhooks.generate_secret()
+SECRET = webhooks.generate_secret(32)  # 32 bytes: its base64 ends in "=" (padded)
 URL = "/v1/callbacks/local"
 BODY = b'{"type":"job.updated","data":{"id":"job_1","status":"running","progress":0.5}}'
 JSON = "application/json"
@@ -32,11 +33,11 @@ JSON = "application/json"
 Headers = list[tuple[str, str]]
 
 
-@pytest.fixture
-async def hub(db_url: str) -> AsyncIterator[Hub]:
-    """A hub whose one task has the local provider's job ``job_1`` on record."""
+@contextlib.asynccontextmanager
+async def hub_with_job(db_url: str, secret: str) -> AsyncIterator[Hub]:
+    """A hub verifying local webhooks with ``secret``, whose one task has job ``job_1``."""
     async with hub_for(db_url, MemoryBroker(), [generation]) as started:
-        settings = GenerationSettings(local_webhook_secrets=SECRET)
+        settings = GenerationSettings(local_webhook_secrets=secret)
         wiring.install(started, wiring.build(started, settings))
         await services.grant_credits(started, tenant_id="t", amount=100, grant_id="g")
         body = services.CreateTask(model="local-v1", prompt="p", duration_s=1, resolution="160x90")
@@ -60,9 +61,21 @@ async def hub(db_url: str) -> AsyncIterator[Hub]:
 
 
 @pytest.fixture
-async def client(hub: Hub) -> AsyncIterator[httpx.AsyncClient]:
+async def hub(db_url: str) -> AsyncIterator[Hub]:
+    async with hub_with_job(db_url, SECRET) as started:
+        yield started
+
+
+@contextlib.asynccontextmanager
+async def client_of(hub: Hub) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=create_app(hub), raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://hub.test") as c:
+        yield c
+
+
+@pytest.fixture
+async def client(hub: Hub) -> AsyncIterator[httpx.AsyncClient]:
+    async with client_of(hub) as c:
         yield c
 
 
@@ -134,3 +147,22 @@ async def test_a_genuine_json_delivery_is_accepted_once(
     async with hub.engine.connect() as conn:
         archived = (await conn.execute(sa.select(callback_events.c.status))).scalars().all()
     assert archived == ["applied"]
+
+
+PADDED = SECRET.removeprefix("whsec_")
+SECRET_FORMS = {
+    "prefix, padded": SECRET,
+    "prefix, unpadded": SECRET.rstrip("="),
+    "bare, padded": PADDED,
+    "bare, unpadded": PADDED.rstrip("="),
+}
+
+
+@pytest.mark.parametrize("configured", SECRET_FORMS.values(), ids=SECRET_FORMS.keys())
+async def test_each_secret_form_the_reference_accepts_verifies_a_real_delivery(
+    sqlite_url: str, configured: str
+) -> None:
+    async with hub_with_job(sqlite_url, configured) as hub, client_of(hub) as client:
+        headers = [("content-type", JSON), *signed()]  # signed with the whsec_ padded form
+        response = await client.post(URL, content=BODY, headers=headers)
+        assert (response.status_code, response.json()) == (202, {"status": "accepted"})
