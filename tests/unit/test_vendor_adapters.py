@@ -343,8 +343,8 @@ def test_an_enabled_vendor_without_a_key_names_the_variable(vendor: str) -> None
 
 
 def test_webhook_secrets_per_provider() -> None:
-    settings = GenerationSettings(replicate_webhook_secrets="whsec_a, whsec_b")
-    assert settings.webhook_secrets("replicate") == ["whsec_a", "whsec_b"]
+    settings = GenerationSettings(replicate_webhook_secrets="whsec_YWFh, whsec_YmJi")
+    assert settings.webhook_secrets("replicate") == ["whsec_YWFh", "whsec_YmJi"]
     assert settings.webhook_secrets("fal") == settings.webhook_secrets("runway") == []
 
 
