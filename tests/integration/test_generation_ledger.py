@@ -86,8 +86,10 @@ async def test_concurrent_reservations_never_overdraw(db: AsyncEngine) -> None:
 
 
 @contextlib.asynccontextmanager
-async def finished_task_with_open_hold(db_url: str) -> AsyncIterator[tuple[Hub, str]]:
-    """A hub whose one task ended FAILED with its reservation left open (a bug elsewhere)."""
+async def finished_task_with_open_hold(
+    db_url: str, status: TaskStatus = TaskStatus.FAILED
+) -> AsyncIterator[tuple[Hub, str]]:
+    """A hub whose one task ended in ``status`` with its reservation left open (a bug)."""
     async with hub_for(db_url, MemoryBroker(), [generation]) as hub:
         wiring.install(hub, wiring.build(hub, GenerationSettings()))
         await services.grant_credits(hub, tenant_id="t", amount=100, grant_id="g")
@@ -97,7 +99,7 @@ async def finished_task_with_open_hold(db_url: str) -> AsyncIterator[tuple[Hub, 
             await conn.execute(
                 sa.update(generation_tasks)
                 .where(generation_tasks.c.id == task["task_id"])
-                .values(status="FAILED", terminal_at=0)
+                .values(status=status.value, terminal_at=0)
             )
         yield hub, task["task_id"]
 
@@ -131,6 +133,7 @@ async def test_the_ledger_scanner_releases_an_open_hold_of_a_failed_task_once_an
         assert [f.target for f in await scanner.find(hub.clock.now_ms())] == [task_id]
         await runner.run_once()
         reserved = (await ledger_rows(hub, task_id))[0][2]
+        assert reserved > 0
         assert await ledger_rows(hub, task_id) == [
             ("RESERVE", "generation.reserve", reserved),
             ("RELEASE", "generation.release", reserved),
@@ -144,6 +147,25 @@ async def test_the_ledger_scanner_releases_an_open_hold_of_a_failed_task_once_an
         await runner.run_once()
         assert len(await ledger_rows(hub, task_id)) == 2
         assert await scanner_audit(hub) == [(task_id, "released")]
+
+
+async def test_the_ledger_scanner_settles_an_open_hold_of_a_succeeded_task_at_its_estimate(
+    db_url: str,
+) -> None:
+    async with finished_task_with_open_hold(db_url, TaskStatus.SUCCEEDED) as (hub, task_id):
+        async with hub.engine.connect() as conn:
+            task = await lifecycle.load(conn, task_id)
+        assert task is not None and task["actual_cost"] is None
+        estimate = int(task["estimated_cost"])
+        await ScannerRunner(hub.engine, hub.leases, hub.clock, [LedgerScanner(hub)]).run_once()
+        types = [(t, amount) for t, _, amount in await ledger_rows(hub, task_id)]
+        assert types == [("RESERVE", int(task["reserved_amount"])), ("SETTLE", estimate)]
+        async with hub.engine.connect() as conn:
+            balance = await ledger.balance(conn, "t")
+        assert balance == ledger.Balance(
+            available=100 - estimate, reserved=0, ledger_sum=100 - estimate
+        )
+        assert await scanner_audit(hub) == [(task_id, "settled")]
 
 
 async def test_a_normal_close_racing_the_ledger_scanner_leaves_one_closing_row(
