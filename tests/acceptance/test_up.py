@@ -94,3 +94,28 @@ def test_up_says_in_one_line_at_start_that_a_media_tool_is_missing(tmp_path: Pat
     assert len(warnings) == 1, out
     assert "ffprobe is not an executable at AIGC_HUB_FFPROBE=" in warnings[0]
     assert "ffmpeg" not in warnings[0].split("ffprobe", 1)[0]  # ffmpeg itself was found
+
+
+def test_up_with_a_garbage_webhook_secret_stops_with_one_line_naming_the_setting(
+    tmp_path: Path,
+) -> None:
+    env = {
+        **os.environ,
+        "AIGC_HUB_API_PORT": str(_free_port()),
+        "AIGC_HUB_LOG_LEVEL": "WARNING",
+        "AIGC_HUB_BUILTIN_PIPELINES": "generation",
+        "AIGC_HUB_GEN_LOCAL_WEBHOOK_SECRETS": "whsec_not base64!",
+        "PYTHONPATH": str(ROOT),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "aigc_hub", "up"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,  # it stops at once; the bound only turns a hang into a failure
+    )
+    assert done.returncode == 2, done.stderr  # the documented usage-error exit code
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert "AIGC_HUB_GEN_LOCAL_WEBHOOK_SECRETS: secret 1:" in line
+    assert "Traceback" not in done.stderr and "not base64!" not in done.stderr

@@ -459,6 +459,8 @@ async def test_an_expired_output_url_is_a_retryable_provider_error(
         lambda url, base: url.replace(base, base.replace("http://", "https://")),
         lambda url, base: url.replace(base, "http://169.254.169.254"),
         lambda url, base: "file:///etc/passwd",
+        lambda url, base: url.replace("://", "://user:pass@", 1),
+        lambda url, base: url.replace("://", "://user@", 1),
     ],
 )
 async def test_fetch_output_refuses_any_other_origin(

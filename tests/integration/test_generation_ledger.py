@@ -4,13 +4,24 @@ the ledger's sum, and reservations that never overdraw under concurrency."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from aigc_hub.pipelines.generation import ledger
-from aigc_hub.pipelines.generation.models import credit_ledger
+from aigc_hub.bootstrap import Hub
+from aigc_hub.messaging.memory import MemoryBroker
+from aigc_hub.pipelines.generation import ledger, lifecycle, services, wiring
+from aigc_hub.pipelines.generation.config import GenerationSettings
+from aigc_hub.pipelines.generation.models import credit_ledger, generation_tasks
+from aigc_hub.pipelines.generation.pipeline import pipeline as generation
+from aigc_hub.pipelines.generation.scanners import LedgerScanner
+from aigc_hub.pipelines.generation.states import TaskStatus
+from aigc_hub.reliability.scanners import ScannerRunner
+from aigc_hub.store.tables import audit_log
+from tests.support.hubs import hub_for
 
 
 async def test_each_action_happens_once_and_the_balance_is_the_ledger_sum(db: AsyncEngine) -> None:
@@ -74,43 +85,105 @@ async def test_concurrent_reservations_never_overdraw(db: AsyncEngine) -> None:
     assert balance == ledger.Balance(available=0, reserved=50, ledger_sum=0)
 
 
-async def test_the_ledger_scanner_flags_an_open_reservation_of_a_finished_task(
-    db_url: str,
-) -> None:
-    from aigc_hub.messaging.memory import MemoryBroker
-    from aigc_hub.pipelines.generation import services, wiring
-    from aigc_hub.pipelines.generation.config import GenerationSettings
-    from aigc_hub.pipelines.generation.models import generation_tasks
-    from aigc_hub.pipelines.generation.pipeline import pipeline as generation
-    from aigc_hub.pipelines.generation.scanners import LedgerScanner
-    from aigc_hub.reliability.scanners import ScannerRunner
-    from aigc_hub.store.tables import audit_log
-    from tests.support.hubs import hub_for
-
+@contextlib.asynccontextmanager
+async def finished_task_with_open_hold(
+    db_url: str, status: TaskStatus = TaskStatus.FAILED
+) -> AsyncIterator[tuple[Hub, str]]:
+    """A hub whose one task ended in ``status`` with its reservation left open (a bug)."""
     async with hub_for(db_url, MemoryBroker(), [generation]) as hub:
         wiring.install(hub, wiring.build(hub, GenerationSettings()))
         await services.grant_credits(hub, tenant_id="t", amount=100, grant_id="g")
         body = services.CreateTask(model="local-v1", prompt="p", duration_s=1, resolution="160x90")
         task = await services.create_task(hub, tenant_id="t", body=body, idempotency_key="k")
-        # a bug elsewhere ends the task without closing its reservation
         async with hub.engine.begin() as conn:
             await conn.execute(
                 sa.update(generation_tasks)
                 .where(generation_tasks.c.id == task["task_id"])
-                .values(status="FAILED", terminal_at=0)
+                .values(status=status.value, terminal_at=0)
             )
+        yield hub, task["task_id"]
+
+
+async def ledger_rows(hub: Hub, task_id: str) -> list[tuple[str, str, int]]:
+    async with hub.engine.connect() as conn:
+        rows = await conn.execute(
+            sa.select(credit_ledger.c.type, credit_ledger.c.business_type, credit_ledger.c.amount)
+            .where(credit_ledger.c.task_id == task_id)
+            .order_by(credit_ledger.c.id)
+        )
+        return [(r.type, r.business_type, r.amount) for r in rows]
+
+
+async def scanner_audit(hub: Hub) -> list[tuple[str, str]]:
+    async with hub.engine.connect() as conn:
+        rows = await conn.execute(
+            sa.select(audit_log.c.target, audit_log.c.result)
+            .where(audit_log.c.action == "scan.generation-ledger")
+            .order_by(audit_log.c.id)
+        )
+        return [(r.target, r.result) for r in rows]
+
+
+async def test_the_ledger_scanner_releases_an_open_hold_of_a_failed_task_once_and_audits_it(
+    db_url: str,
+) -> None:
+    async with finished_task_with_open_hold(db_url) as (hub, task_id):
         scanner = LedgerScanner(hub)
-        findings = await scanner.find(hub.clock.now_ms())
-        assert [f.target for f in findings] == [task["task_id"]]
-        await ScannerRunner(hub.engine, hub.leases, hub.clock, [scanner]).run_once()
-        async with hub.engine.connect() as conn:
-            flagged = (
-                await conn.execute(
-                    sa.select(audit_log.c.target, audit_log.c.result).where(
-                        audit_log.c.action == "scan.generation-ledger"
-                    )
-                )
-            ).all()
-        assert [(r.target, r.result) for r in flagged] == [
-            (task["task_id"], "flagged_open_reservation")
+        runner = ScannerRunner(hub.engine, hub.leases, hub.clock, [scanner])
+        assert [f.target for f in await scanner.find(hub.clock.now_ms())] == [task_id]
+        await runner.run_once()
+        reserved = (await ledger_rows(hub, task_id))[0][2]
+        assert reserved > 0
+        assert await ledger_rows(hub, task_id) == [
+            ("RESERVE", "generation.reserve", reserved),
+            ("RELEASE", "generation.release", reserved),
         ]
+        async with hub.engine.connect() as conn:
+            balance = await ledger.balance(conn, "t")
+        assert balance == ledger.Balance(available=100, reserved=0, ledger_sum=100)
+        assert await scanner_audit(hub) == [(task_id, "released")]
+        assert await scanner.find(hub.clock.now_ms()) == []
+        runner.state[scanner.name].next_run_ms = 0  # due again now
+        await runner.run_once()
+        assert len(await ledger_rows(hub, task_id)) == 2
+        assert await scanner_audit(hub) == [(task_id, "released")]
+
+
+async def test_the_ledger_scanner_settles_an_open_hold_of_a_succeeded_task_at_its_estimate(
+    db_url: str,
+) -> None:
+    async with finished_task_with_open_hold(db_url, TaskStatus.SUCCEEDED) as (hub, task_id):
+        async with hub.engine.connect() as conn:
+            task = await lifecycle.load(conn, task_id)
+        assert task is not None and task["actual_cost"] is None
+        estimate = int(task["estimated_cost"])
+        await ScannerRunner(hub.engine, hub.leases, hub.clock, [LedgerScanner(hub)]).run_once()
+        types = [(t, amount) for t, _, amount in await ledger_rows(hub, task_id)]
+        assert types == [("RESERVE", int(task["reserved_amount"])), ("SETTLE", estimate)]
+        async with hub.engine.connect() as conn:
+            balance = await ledger.balance(conn, "t")
+        assert balance == ledger.Balance(
+            available=100 - estimate, reserved=0, ledger_sum=100 - estimate
+        )
+        assert await scanner_audit(hub) == [(task_id, "settled")]
+
+
+async def test_a_normal_close_racing_the_ledger_scanner_leaves_one_closing_row(
+    db_url: str,
+) -> None:
+    async with finished_task_with_open_hold(db_url) as (hub, task_id):
+        scanner = LedgerScanner(hub)
+        (finding,) = await scanner.find(hub.clock.now_ms())
+        # the normal path's close lands between the scanner's query and its repair
+        async with hub.engine.begin() as conn:
+            task = await lifecycle.load(conn, task_id)
+            assert task is not None
+            kind, written = await lifecycle.close_ledger(
+                conn, task, TaskStatus.FAILED, hub.clock.now_ms(), actual_cost=None
+            )
+        assert (kind, written) == (ledger.EntryType.RELEASE, True)
+        assert await scanner.repair(finding, hub.clock.now_ms()) == "skipped"
+        types = [t for t, _, _ in await ledger_rows(hub, task_id)]
+        assert types == ["RESERVE", "RELEASE"]
+        async with hub.engine.connect() as conn:
+            assert (await ledger.balance(conn, "t")).available == 100

@@ -10,7 +10,7 @@ import pytest
 from aigc_hub.cache.memory import MemoryCache
 from aigc_hub.core.clock import ManualClock
 from aigc_hub.pipelines.generation.config import GenerationSettings
-from aigc_hub.pipelines.generation.providers import CircuitBreaker
+from aigc_hub.pipelines.generation.providers import BreakerState, CircuitBreaker
 from aigc_hub.pipelines.generation.scheduler import Queued, fair_order
 from aigc_hub.pipelines.generation.slots import Refusal, Slots
 from aigc_hub.pipelines.generation.states import (
@@ -94,18 +94,90 @@ def test_tenant_weights_setting_parses_and_refuses_garbage() -> None:
             GenerationSettings(tenant_weights=bad).weights()
 
 
-def test_circuit_breaker_opens_on_errors_and_closes_after_a_good_trial() -> None:
-    now = [0.0]
+def opened_breaker(now: list[float]) -> CircuitBreaker:
+    """A breaker (cool-down 5 s on the clock ``now``) just opened by 3 failures of 4 submits."""
     breaker = CircuitBreaker(
         window=10, min_calls=4, max_error_rate=0.5, cool_down_s=5, clock=lambda: now[0]
     )
-    for ok in (True, False, False, False):
-        breaker.record(ok)
-    assert breaker.open
-    now[0] = 6.0
-    assert not breaker.open  # cool-down over: one trial may pass
-    breaker.record(True)
-    assert not breaker.open
+    for n, ok in enumerate((True, False, False, False)):
+        assert breaker.admit(f"s{n}")
+        breaker.record(f"s{n}", ok)
+    return breaker
+
+
+# (time, action, key, what the step must show): "admit" → admitted?, "record+"/"record-" →
+# the state after recording a success/failure of ``key``, "forfeit" → state after.
+BreakerStep = tuple[float, str, str, bool | BreakerState]
+BREAKER_TABLES: dict[str, list[BreakerStep]] = {
+    "open refuses during the cool-down": [
+        (0.0, "admit", "a", False),
+        (4.9, "admit", "a", False),
+    ],
+    "after the cool-down exactly one trial is let in": [
+        (5.0, "admit", "trial", True),
+        (5.0, "admit", "other", False),
+        (9.9, "admit", "other", False),
+    ],
+    "the trial's success closes": [
+        (5.0, "admit", "trial", True),
+        (6.0, "record+", "trial", BreakerState.CLOSED),
+        (6.0, "admit", "other", True),
+    ],
+    "the trial's failure re-opens for a fresh cool-down": [
+        (5.0, "admit", "trial", True),
+        (6.0, "record-", "trial", BreakerState.OPEN),
+        (10.9, "admit", "other", False),
+        (11.0, "admit", "next-trial", True),
+    ],
+    "successes of calls in flight while open change nothing": [
+        (1.0, "record+", "s0", BreakerState.OPEN),
+        (5.0, "admit", "trial", True),
+        (6.0, "record+", "in-flight", BreakerState.HALF_OPEN),
+        (6.0, "admit", "other", False),
+        (7.0, "record-", "trial", BreakerState.OPEN),
+    ],
+    "a trial that never reports is given up after another cool-down": [
+        (5.0, "admit", "lost", True),
+        (9.9, "admit", "other", False),
+        (10.0, "admit", "second", True),
+        (10.5, "record+", "lost", BreakerState.HALF_OPEN),
+        (11.0, "record+", "second", BreakerState.CLOSED),
+    ],
+    "a forfeited trial lets the next caller in at once": [
+        (5.0, "admit", "trial", True),
+        (5.0, "forfeit", "trial", BreakerState.OPEN),
+        (5.0, "admit", "next", True),
+        (5.0, "forfeit", "someone-else", BreakerState.HALF_OPEN),
+    ],
+}
+
+
+@pytest.mark.parametrize("steps", BREAKER_TABLES.values(), ids=BREAKER_TABLES.keys())
+def test_circuit_breaker_state_machine(steps: list[BreakerStep]) -> None:
+    now = [0.0]
+    breaker = opened_breaker(now)
+    assert breaker.state is BreakerState.OPEN
+    for at, action, key, expected in steps:
+        now[0] = at
+        if action == "admit":
+            assert breaker.admit(key) is expected, (at, action, key)
+            continue
+        if action == "forfeit":
+            breaker.forfeit(key)
+        else:
+            breaker.record(key, action == "record+")
+        assert breaker.state is expected, (at, action, key)
+
+
+def test_circuit_breaker_opens_only_past_min_calls_and_the_error_rate() -> None:
+    breaker = CircuitBreaker(window=4, min_calls=4, max_error_rate=0.5, clock=lambda: 0.0)
+    seen: list[BreakerState] = []
+    # 3 failures: below min_calls; then 3 of 4 failed but a success cannot open it; then it opens
+    for n, ok in enumerate((False, False, False, True, False)):
+        breaker.record(f"s{n}", ok)
+        seen.append(breaker.state)
+    assert seen == [BreakerState.CLOSED] * 4 + [BreakerState.OPEN]
+    assert breaker.open and not breaker.admit("s5")
 
 
 async def test_slots_refuse_the_full_level_and_release_only_their_own() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,7 +16,7 @@ import pytest
 from tests.support.vendor_fakes import FIXTURES, fill, iso
 
 from aigc_hub.pipelines.generation import wiring
-from aigc_hub.pipelines.generation.adapters import fal, hosted, replicate_reconcile
+from aigc_hub.pipelines.generation.adapters import fal, fetch, hosted, replicate_reconcile
 from aigc_hub.pipelines.generation.adapters.base import (
     GenerationRequest,
     NormalizedStatus,
@@ -290,11 +291,44 @@ async def test_replicate_finds_a_lost_submit_or_says_how_sure_it_is(
         ("http://replicate.delivery/x", False),
         ("https://replicate.delivery:8443/x", False),
         ("https://v3.fal.media.evil.test/x", False),
+        ("https://user:pass@replicate.delivery/x", False),
+        ("https://user@pbxt.replicate.delivery/x", False),
+        ("https://@replicate.delivery/x", False),
+        ("https://replicate.delivery/x@y.mp4", True),  # an @ in the path is not user info
     ],
 )
 def test_delivery_hosts(url: str, allowed: bool) -> None:
     hosts = ("https://replicate.delivery", "https://*.replicate.delivery")
     assert (hosted.allowed_origin(url, hosts) is not None) is allowed
+
+
+@pytest.mark.parametrize(
+    "userinfo",
+    ["user:pass@", "user@", ":pass@", "@", "evil.test\\@"],
+    ids=["user-and-password", "user", "password", "empty", "backslash"],
+)
+async def test_an_output_url_with_user_info_is_refused_before_any_request(
+    userinfo: str, tmp_path: Path
+) -> None:
+    sent: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, content=b"video")
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as http:
+        with pytest.raises(ProviderError) as info:
+            await fetch.fetch_to_file(
+                http,
+                f"https://{userinfo}cdn.provider.test/out.mp4",
+                tmp_path / "o.mp4",
+                allowed_origin="https://cdn.provider.test",
+                max_bytes=1_000,
+                timeout_s=5,
+            )
+    assert (info.value.retry_class, info.value.code) == (RetryClass.PERMANENT, "output_url_refused")
+    assert "user info" in str(info.value)
+    assert sent == [] and not (tmp_path / "o.mp4").exists()
 
 
 @pytest.mark.parametrize("vendor", sorted(ADAPTERS))
@@ -309,8 +343,8 @@ def test_an_enabled_vendor_without_a_key_names_the_variable(vendor: str) -> None
 
 
 def test_webhook_secrets_per_provider() -> None:
-    settings = GenerationSettings(replicate_webhook_secrets="whsec_a, whsec_b")
-    assert settings.webhook_secrets("replicate") == ["whsec_a", "whsec_b"]
+    settings = GenerationSettings(replicate_webhook_secrets="whsec_YWFh, whsec_YmJi")
+    assert settings.webhook_secrets("replicate") == ["whsec_YWFh", "whsec_YmJi"]
     assert settings.webhook_secrets("fal") == settings.webhook_secrets("runway") == []
 
 

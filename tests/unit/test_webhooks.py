@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+
+import pydantic
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aigc_hub.pipelines.generation import webhooks
+from aigc_hub.pipelines.generation.config import GenerationSettings
 from aigc_hub.pipelines.generation.webhooks import VerifiedWebhook, WebhookVerificationError
 
 # The test vector published with the Standard Webhooks reference libraries.
@@ -96,10 +102,68 @@ def test_stale_or_future_timestamps_are_out_of_window(skew: int) -> None:
     assert reason([SECRET], headers(), BODY, TIMESTAMP + skew) == "timestamp_out_of_window"
 
 
-def test_a_bad_secret_is_a_configuration_error() -> None:
-    for bad in ("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_!!", "whsec_"):
-        with pytest.raises(ValueError):
-            webhooks.decode_secret(bad)
+# A 32-byte key: its base64 ends in one "=", so padded and unpadded forms differ.
+KEY = bytes(range(32))
+PADDED = base64.b64encode(KEY).decode()
+ACCEPTED_FORMS = {
+    "prefix, padded": "whsec_" + PADDED,
+    "prefix, unpadded": "whsec_" + PADDED.rstrip("="),
+    "bare, padded": PADDED,
+    "bare, unpadded": PADDED.rstrip("="),
+}
+GARBAGE = {
+    "not base64": "whsec_not base64!",
+    "url-safe alphabet": "whsec_" + base64.urlsafe_b64encode(b"\xfb\xff" * 16).decode(),
+    "impossible length": "whsec_AAAAA",
+    "empty key": "whsec_",
+    "padding only": "==",
+}
+
+
+def delivery_signed_by_hand(key: bytes) -> dict[str, str]:
+    """Standard Webhooks headers computed here from the raw key, not by the code under test."""
+    digest = hmac.new(key, f"{MSG_ID}.{TIMESTAMP}.".encode() + BODY, hashlib.sha256).digest()
+    return headers(webhook_signature="v1," + base64.b64encode(digest).decode())
+
+
+@pytest.mark.parametrize("secret", ACCEPTED_FORMS.values(), ids=ACCEPTED_FORMS.keys())
+def test_each_secret_form_the_reference_accepts_verifies_a_signed_delivery(secret: str) -> None:
+    assert webhooks.decode_secret(secret) == KEY
+    seen = webhooks.verify([secret], delivery_signed_by_hand(KEY), BODY, TIMESTAMP)
+    assert seen == VerifiedWebhook(MSG_ID, TIMESTAMP)
+    signed_by_hand = delivery_signed_by_hand(KEY)["webhook-signature"]
+    assert webhooks.sign(secret, MSG_ID, TIMESTAMP, BODY) == signed_by_hand
+
+
+def test_the_published_vector_verifies_without_the_prefix() -> None:
+    bare = SECRET.removeprefix("whsec_")
+    assert webhooks.verify([bare], headers(), BODY, TIMESTAMP).id == MSG_ID
+
+
+@pytest.mark.parametrize("bad", GARBAGE.values(), ids=GARBAGE.keys())
+def test_a_garbage_secret_is_a_configuration_error(bad: str) -> None:
+    with pytest.raises(ValueError, match="webhook secret"):
+        webhooks.decode_secret(bad)
+
+
+@pytest.mark.parametrize("setting", ["LOCAL_WEBHOOK_SECRETS", "REPLICATE_WEBHOOK_SECRETS"])
+@pytest.mark.parametrize("bad", GARBAGE.values(), ids=GARBAGE.keys())
+def test_a_garbage_secret_fails_settings_validation_naming_the_env_variable(
+    monkeypatch: pytest.MonkeyPatch, setting: str, bad: str
+) -> None:
+    monkeypatch.setenv(f"AIGC_HUB_GEN_{setting}", f"{ACCEPTED_FORMS['bare, unpadded']},{bad}")
+    with pytest.raises(pydantic.ValidationError) as info:
+        GenerationSettings()
+    message = str(info.value)
+    assert f"AIGC_HUB_GEN_{setting}: secret 2:" in message
+    assert PADDED.rstrip("=") not in message  # secrets stay out of the error
+
+
+def test_every_accepted_secret_form_passes_settings_validation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AIGC_HUB_GEN_LOCAL_WEBHOOK_SECRETS", ",".join(ACCEPTED_FORMS.values()))
+    assert GenerationSettings().webhook_secrets("local") == list(ACCEPTED_FORMS.values())
 
 
 header_values = st.one_of(

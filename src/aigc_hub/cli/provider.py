@@ -45,7 +45,8 @@ def serve(
         typer.Option(
             "--webhook-secret",
             envvar="AIGC_HUB_PROVIDER_WEBHOOK_SECRET",
-            help="Standard Webhooks secret (whsec_<base64>) that signs job webhooks; "
+            help="Standard Webhooks secret (whsec_<base64>; the prefix and '=' padding are "
+            "optional) that signs job webhooks; "
             "a fresh one is made and printed when not given.",
         ),
     ] = None,
@@ -99,7 +100,12 @@ def serve(
     if webhook_secret is None:
         webhook_secret = webhooks.generate_secret()
         common.console().print(f"webhook secret: {webhook_secret}")
-    webhooks.decode_secret(webhook_secret)  # ValueError → usage error, before listening
+    try:
+        webhooks.decode_secret(webhook_secret)  # refused before listening, never per webhook
+    except ValueError as exc:
+        common.fail(
+            f"--webhook-secret (AIGC_HUB_PROVIDER_WEBHOOK_SECRET): {exc}", common.ExitCode.USAGE
+        )
     config = ProviderConfig(
         webhook_secret=webhook_secret,
         data_dir=data_dir,

@@ -120,14 +120,19 @@ def policy_of(request: Request) -> IdempotencyPolicy:
 
 
 def canonical_body(body: bytes) -> bytes:
-    """JSON with sorted keys and no spaces when ``body`` is JSON, else ``body`` itself."""
+    """JSON with sorted keys and no spaces when ``body`` is JSON, else ``body`` itself.
+
+    Never raises: a lone surrogate (``"\\ud800"``, refused earlier by the body limits) is
+    kept as its escape, so the fingerprint stays defined for any bytes.
+    """
     if not body:
         return b""
     try:
         parsed = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         return body
-    return json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    text = json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8", errors="backslashreplace")
 
 
 def fingerprint(method: str, path: str, query: str, body: bytes) -> str:

@@ -2,7 +2,8 @@
 
 * :class:`BodyLimits` refuses a body over ``max_body_bytes`` with 413, judged on
   ``Content-Length`` first and on the bytes actually streamed (a lying or absent header
-  does not help), and a JSON body nested deeper than ``max_json_depth`` with 400.
+  does not help), a JSON body nested deeper than ``max_json_depth`` with 400, and a JSON
+  body holding a lone UTF-16 surrogate (``"\\ud800"``) with 400 before any route sees it.
 * :func:`rate_limited_tenant` spends one token of the tenant's bucket
   (``api:{tenant_id}`` on ``hub.cache.limiter``): 429 with ``Retry-After`` when empty.
 * :func:`admit` makes a dependency that asks ``hub.gate`` whether a pipeline takes new
@@ -11,6 +12,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
@@ -64,12 +67,39 @@ def json_depth_exceeds(body: bytes, limit: int) -> bool:
     return False
 
 
+#: A ``\\u`` escape of a UTF-16 surrogate (D800–DFFF), the only way JSON text can hold one.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def has_lone_surrogate(body: bytes) -> bool:
+    """True when JSON ``body`` holds a string (or key) with an unpaired UTF-16 surrogate.
+
+    Such a string cannot be encoded as UTF-8, so no store, fingerprint or answer can hold
+    it. Bodies without a surrogate escape (nearly all) are not parsed; malformed JSON is
+    left to the route's own parser.
+    """
+    if not _SURROGATE_ESCAPE.search(body):
+        return False
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return False
+    try:
+        json.dumps(parsed, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return True  # a pair (\ud83d\ude00) was joined by the parser; a lone half stays
+    return False
+
+
 def _is_json(scope: Scope) -> bool:
+    """True when the route's parser will read the body as JSON: FastAPI's rule (no
+    content type, or a ``json`` / ``+json`` subtype), so no JSON body passes unchecked."""
     for name, value in scope.get("headers", ()):
         if name == b"content-type":
             media: bytes = value.split(b";", 1)[0].strip().lower()
-            return media == b"application/json" or media.endswith(b"+json")
-    return False
+            subtype = media.rpartition(b"/")[2]
+            return subtype == b"json" or subtype.endswith(b"+json")
+    return True
 
 
 class BodyLimits:
@@ -123,6 +153,15 @@ class BodyLimits:
         depth = self.limits.max_json_depth
         if json_depth_exceeds(body, depth):
             problem = Problem(400, f"JSON nested deeper than {depth}", slug="json-too-deep")
+            await self._refuse(scope, receive, send, problem)
+            return
+        if has_lone_surrogate(body):
+            problem = Problem(
+                400,
+                "a JSON string holds a lone UTF-16 surrogate escape (e.g. \\ud800), which is"
+                " not Unicode text; send each surrogate as part of a pair or not at all",
+                slug="json-invalid-unicode",
+            )
             await self._refuse(scope, receive, send, problem)
             return
         sent = False

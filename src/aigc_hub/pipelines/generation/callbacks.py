@@ -3,7 +3,8 @@
 Verify (Standard Webhooks: id, timestamp within ±5 min, HMAC over ``id.timestamp.body``,
 rotatable secrets), deduplicate by webhook id, archive, answer 202 at once. Applying is
 asynchronous: the archived delivery becomes one ``StatusObserved`` in the same transaction
-(outbox), handled by the one state handler. Anything not genuine is a 401 with no change.
+(outbox), handled by the one state handler. Anything not genuine (including a signature
+header sent twice) is a 401, and a body not sent as ``application/json`` a 415, with no change.
 """
 
 from __future__ import annotations
@@ -35,17 +36,34 @@ class CallbackAck(pydantic.BaseModel):
 MAX_BODY = 256 * 1024
 
 
+def _require_json(request: Request) -> None:
+    """A 415 problem unless the one ``Content-Type`` is ``application/json`` (charset utf-8
+    at most): the signature covers bytes, and a body sent as anything else is not the JSON
+    job update it claims to be."""
+    sent = request.headers.getlist("content-type")
+    media, _, params = (sent[0] if len(sent) == 1 else "").partition(";")
+    charset = params.strip().lower().replace(" ", "")
+    if media.strip().lower() != "application/json" or charset not in ("", "charset=utf-8"):
+        raise Problem(
+            415,
+            "a webhook must be sent with Content-Type: application/json",
+            slug="unsupported-media-type",
+        )
+
+
 @router.post(
     "/{provider}",
     status_code=202,
     response_model=CallbackAck,
     summary="Receive a provider webhook",
     description="Standard Webhooks signature required (webhook-id, webhook-timestamp, "
-    "webhook-signature). Duplicates are acknowledged and ignored.",
+    "webhook-signature, each exactly once) and Content-Type: application/json. "
+    "Duplicates are acknowledged and ignored.",
     responses={
         401: {"description": "missing, malformed, stale or forged signature"},
         404: {"description": "unknown provider"},
         413: {"description": "body too large"},
+        415: {"description": "not sent as application/json"},
     },
 )
 async def receive(provider: str, request: Request) -> dict[str, Any]:
@@ -54,6 +72,7 @@ async def receive(provider: str, request: Request) -> dict[str, Any]:
     secrets = gen.settings.webhook_secrets(provider)
     if provider not in gen.providers.adapters:
         raise auth.not_found("provider")
+    _require_json(request)
     body = await request.body()
     if len(body) > MAX_BODY:
         raise Problem(413, "webhook body too large")

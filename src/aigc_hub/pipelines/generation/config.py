@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from aigc_hub.pipelines.generation import webhooks
+
+ENV_PREFIX = "AIGC_HUB_GEN_"
 
 
 class GenerationSettings(BaseSettings):
     """Providers, slot limits, polling and the deadlines the scanners enforce."""
 
-    model_config = SettingsConfigDict(env_prefix="AIGC_HUB_GEN_", extra="ignore")
+    # hide_input_in_errors: a refused setting may be a secret; the error names it instead.
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="ignore", hide_input_in_errors=True
+    )
 
     local_provider_url: str = Field(
         "http://127.0.0.1:8100", description="base URL of the `local` provider"
     )
     local_webhook_secrets: str = Field(
         "",
-        description="the local provider's webhook secrets (whsec_…), comma separated; "
+        description="the local provider's webhook secrets (whsec_<base64>; prefix and padding "
+        "optional), comma separated; "
         "several while rotating; empty = callbacks refused, polling only",
     )
     run_local_provider: bool = Field(
@@ -37,7 +45,7 @@ class GenerationSettings(BaseSettings):
     )
     replicate_webhook_secrets: str = Field(
         "",
-        description="Replicate's webhook signing secrets (whsec_…, from GET "
+        description="Replicate's webhook signing secrets (whsec_<base64>, from GET "
         "/v1/webhooks/default/secret), comma separated; empty = callbacks refused, polling only",
     )
     replicate_reconcile_window_s: float = Field(
@@ -95,6 +103,19 @@ class GenerationSettings(BaseSettings):
 
     max_output_bytes: int = Field(2 * 1024**3, description="largest output accepted")
     max_attempts: int = Field(3, description="attempts per task (confirmed non-acceptance only)")
+
+    @field_validator("local_webhook_secrets", "replicate_webhook_secrets")
+    @classmethod
+    def _secrets_decode(cls, value: str, info: ValidationInfo) -> str:
+        """Every configured secret is checked at load, so a bad one stops the start with the
+        setting's name instead of answering every callback with a 500 later."""
+        for n, secret in enumerate(_split(value), start=1):
+            try:
+                webhooks.decode_secret(secret)
+            except ValueError as exc:
+                env = f"{ENV_PREFIX}{info.field_name}".upper()
+                raise ValueError(f"{env}: secret {n}: {exc}") from None
+        return value
 
     def weights(self) -> dict[str, float]:
         """``tenant_weights`` as a mapping; a malformed entry raises ValueError naming it."""

@@ -47,7 +47,7 @@ async def move(
 ) -> list[Envelope]:
     """Move ``task`` (as read) to ``to``; returns the notification to publish with it.
 
-    Terminal states close the ledger in the same transaction (:func:`_close_ledger`).
+    Terminal states close the ledger in the same transaction (:func:`close_ledger`).
     """
     current = TaskStatus(task["status"])
     if not can_move(current, to):
@@ -81,7 +81,8 @@ async def move(
         )
     )
     if to.terminal:
-        await _close_ledger(conn, task, to, changes, now_ms)
+        actual_cost = changes.get("actual_cost", task["actual_cost"])
+        await close_ledger(conn, task, to, now_ms, actual_cost=actual_cost)
     return [
         status_notification(
             task, to, version, now_ms, cause_env=cause_env, progress=changes.get("progress")
@@ -89,24 +90,32 @@ async def move(
     ]
 
 
-async def _close_ledger(
+async def close_ledger(
     conn: AsyncConnection,
     task: Mapping[str, Any],
     to: TaskStatus,
-    changes: Mapping[str, Any],
     now_ms: int,
-) -> None:
-    """SUCCEEDED charges the actual cost (the estimate when the provider told none); FAILED
-    and CANCELED charge what the provider reports it billed, else release the whole hold."""
+    *,
+    actual_cost: int | None,
+) -> tuple[ledger.EntryType, bool]:
+    """Close ``task``'s hold for its terminal status ``to``; returns the entry type the rule
+    chose and whether it was written (False: that business key was already closed).
+
+    SUCCEEDED charges the actual cost (the estimate when the provider told none); FAILED
+    and CANCELED charge what the provider reports it billed, else release the whole hold.
+    The one rule for the normal path and the ledger scanner, so both pick the same business
+    key and only one of them can write it.
+    """
     reserved = int(task["reserved_amount"])
-    actual = changes.get("actual_cost", task["actual_cost"])
+    actual = actual_cost
     if to is TaskStatus.SUCCEEDED and actual is None:
         actual = task["estimated_cost"]
     ids = {"tenant_id": task["tenant_id"], "task_id": task["id"], "now_ms": now_ms}
     if to is TaskStatus.SUCCEEDED or actual:  # success settles even at zero cost
-        await ledger.settle(conn, reserved=reserved, actual=int(actual or 0), **ids)
-    else:
-        await ledger.release(conn, reserved=reserved, **ids)
+        settled = await ledger.settle(conn, reserved=reserved, actual=int(actual or 0), **ids)
+        return ledger.EntryType.SETTLE, settled
+    released = await ledger.release(conn, reserved=reserved, **ids)
+    return ledger.EntryType.RELEASE, released
 
 
 def status_notification(

@@ -54,9 +54,8 @@ async def poll_job(hub: Hub, gen: Generation, env: Envelope, ctx: HandlerContext
             request_key=attempt.provider_request_key,
         )
     except ProviderError as exc:
-        gen.providers.breakers[attempt.provider].record(False)
+        # Not the breaker's business: it gates new submits (see CircuitBreaker).
         raise Retry(exc.retry_after_s or 5.0) from exc
-    gen.providers.breakers[attempt.provider].record(True)
     now = hub.clock.now_ms()
     if job is not None:
         polls = int(job.poll_count) + 1

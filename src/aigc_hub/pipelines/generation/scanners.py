@@ -9,7 +9,8 @@ deadline gets the command that lets the normal path finish it — never a forged
 * ``generation-scheduler``: runs a scheduling pass while tasks wait (lost wake-ups, aging).
 * ``generation-slots``: renews the slot permits of every active attempt from the database,
   re-taking those the cache lost.
-* ``generation-ledger``: flags reservations of finished tasks neither settled nor released.
+* ``generation-ledger``: closes reservations of finished tasks neither settled nor released,
+  with the entry the normal path would have written (RELEASE, or SETTLE when it charged).
 """
 
 from __future__ import annotations
@@ -275,7 +276,18 @@ class LedgerScanner:
             return [Finding(r.task_id, {"reserved": int(r.amount)}) for r in rows]
 
     async def repair(self, finding: Finding, now_ms: int) -> str:
-        return "flagged_open_reservation"  # a person decides; the audit row is the case
+        """Append the closing entry the normal path would have: same rule, same business key,
+        so a late normal close and this repair cannot both write. The runner audits it."""
+        async with self.hub.transaction() as conn:
+            task = await lifecycle.load(conn, finding.target)
+            if task is None or not S(task["status"]).terminal:
+                return "skipped"
+            kind, written = await lifecycle.close_ledger(
+                conn, task, S(task["status"]), now_ms, actual_cost=task["actual_cost"]
+            )
+        if not written:
+            return "skipped"  # closed meanwhile by the normal path
+        return "settled" if kind is EntryType.SETTLE else "released"
 
 
 def factories() -> list[ScannerFactory]:

@@ -158,15 +158,17 @@ async def _dispatch(hub: Hub, gen: Generation, task_id: str) -> str:
         task = await lifecycle.load(conn, task_id)
     if task is None or task["status"] != TaskStatus.QUEUED.value:
         return "gone"
+    attempt_id = ids.new_id_str()
     try:
-        route = gen.providers.route(request_of(task))
+        route = gen.providers.route(request_of(task), attempt_id)
     except CapabilityError:
         route = None
     if route is None:
         return "no_route"
-    attempt_id = ids.new_id_str()
+    breaker = gen.providers.breakers[route.provider]
     taken = await gen.slots.acquire(attempt_id, task["tenant_id"], route.provider, route.model)
     if isinstance(taken, Refusal):
+        breaker.forfeit(attempt_id)
         return taken.level
     attempt_no = int(task["attempt_count"]) + 1
     request_key = f"{task['id']}-{attempt_no}"
@@ -214,6 +216,7 @@ async def _dispatch(hub: Hub, gen: Generation, task_id: str) -> str:
             await hub.outbox.add(conn, [dispatched, *notes])
     except (StaleTransition, sa.exc.IntegrityError):
         await gen.slots.release(attempt_id, taken)  # another pass took it first
+        breaker.forfeit(attempt_id)
         return "gone"
     return "dispatched"
 

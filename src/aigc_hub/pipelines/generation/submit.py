@@ -96,9 +96,11 @@ async def submit_attempt(
             # We may have called before: ask, never resend blindly.
             result = await adapter.query(provider_job_id=None, request_key=d.request_key)
             if result.normalized_status is not NormalizedStatus.NOT_FOUND:
+                breaker.forfeit(d.attempt_id)  # no submit made: not a trial's outcome
                 return [_observed(env, d, result, "reconcile")]
         if TaskStatus(task["status"]) is TaskStatus.CANCEL_REQUESTED:
             # Canceled before the provider ever had it: confirmed non-submission.
+            breaker.forfeit(d.attempt_id)
             gone = ProviderResult(None, NormalizedStatus.NOT_FOUND)
             return [_observed(env, d, gone, "submit")]
         callback = f"{gen.settings.callback_base_url.rstrip('/')}/v1/callbacks/{d.provider}"
@@ -107,12 +109,12 @@ async def submit_attempt(
         )
         result = await adapter.submit(prepared)
     except ProviderError as exc:
-        breaker.record(False)
+        breaker.record(d.attempt_id, False)
         return await _submit_failed(hub, env, d, exc)
     except Exception as exc:
-        breaker.record(False)
+        breaker.record(d.attempt_id, False)
         return await _submit_failed(hub, env, d, adapter.classify_error(exc, during="submit"))
-    breaker.record(True)
+    breaker.record(d.attempt_id, True)
     await _finish_submit(hub, d, result.normalized_status)
     return [_observed(env, d, result, "submit")]
 

@@ -3,8 +3,9 @@
 A delivery carries three headers: ``webhook-id`` (the same for every retry of one event, so
 receivers can drop duplicates), ``webhook-timestamp`` (epoch seconds of this attempt) and
 ``webhook-signature``: one or more space-separated ``v1,<base64 HMAC-SHA256>`` over
-``f"{id}.{timestamp}.{body}"``. Secrets are ``whsec_<base64 key>``; a receiver holds several
-while a secret rotates and accepts a delivery signed by any of them.
+``f"{id}.{timestamp}.{body}"``. Secrets are ``whsec_<base64 key>`` (prefix and padding
+optional, as in the reference library); a receiver holds several while a secret rotates and
+accepts a delivery signed by any of them.
 
 :func:`verify` raises :class:`WebhookVerificationError` with a stable ``reason`` for every
 missing, malformed, stale or forged delivery, and nothing else on any headers or body.
@@ -57,15 +58,23 @@ def generate_secret(n_bytes: int = 32) -> str:
 
 
 def decode_secret(secret: str) -> bytes:
-    """The HMAC key of a ``whsec_<base64>`` secret; raises ValueError when it is not one."""
-    if not isinstance(secret, str) or not secret.startswith(SECRET_PREFIX):
-        raise ValueError("a webhook secret looks like 'whsec_<base64>'")
+    """The HMAC key of a secret; raises ValueError (never naming the secret) when not one.
+
+    Accepts what the Standard Webhooks reference library accepts: base64 with or without the
+    ``whsec_`` prefix, padded or not. Stricter on one point: a character outside the base64
+    alphabet is refused, where the reference drops it silently and so signs with another key.
+    """
+    if not isinstance(secret, str):
+        raise ValueError("a webhook secret is a string: 'whsec_<base64>'")
+    encoded = secret.removeprefix(SECRET_PREFIX).rstrip("=")
     try:
-        key = base64.b64decode(secret[len(SECRET_PREFIX) :], validate=True)
+        key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
     except (binascii.Error, ValueError):
-        raise ValueError("the webhook secret's key is not valid base64") from None
+        raise ValueError(
+            "a webhook secret is base64 (the 'whsec_' prefix and '=' padding optional)"
+        ) from None
     if not key:
-        raise ValueError("the webhook secret's key is empty")
+        raise ValueError("a webhook secret's key is empty")
     return key
 
 
@@ -94,9 +103,16 @@ def _header(headers: Mapping[str, str], name: str) -> str:
     # Header names are case-insensitive; a plain dict from a test or framework may not be.
     value: object = None
     try:
+        # A header sent twice is ambiguous (which id is deduplicated, which time is checked?):
+        # refused, even when both copies agree. Multi-value header types expose getlist.
+        getlist = getattr(headers, "getlist", None)
+        if callable(getlist) and len(getlist(name)) > 1:
+            raise WebhookVerificationError("malformed_header", f"{name} repeated")
         value = headers.get(name)
         if value is None:
             value = next((v for k, v in headers.items() if str(k).lower() == name), None)
+    except WebhookVerificationError:
+        raise
     except Exception:
         raise WebhookVerificationError("malformed_header", "unreadable headers") from None
     if value is None or value == "":
@@ -141,7 +157,8 @@ def verify(
     """Check a delivery against every secret; the id and timestamp it proves, or raise.
 
     Raises :class:`WebhookVerificationError` (and nothing else) for any headers and body:
-    ``missing_header``, ``malformed_header``, ``timestamp_out_of_window`` (older or newer
+    ``missing_header``, ``malformed_header`` (also: one of the three headers sent more than
+    once), ``timestamp_out_of_window`` (older or newer
     than ``tolerance_s`` around ``now_s``) or ``bad_signature``. Signatures are compared in
     constant time. ``secrets`` are configuration: a malformed one raises ValueError.
     """

@@ -2,8 +2,9 @@
 
 An output URL comes from the provider's answer, which we do not control: it could point at
 an internal address. So only the provider's configured origin (scheme, host, port) is
-fetched, redirects are never followed, and the body is bounded. The file is written beside
-``dest`` and renamed into place only when complete, hashed while it streams.
+fetched, a URL with user info (``user:pass@host``) never is, redirects are never followed,
+and the body is bounded. The file is written beside ``dest`` and renamed into place only
+when complete, hashed while it streams.
 """
 
 from __future__ import annotations
@@ -21,15 +22,28 @@ from aigc_hub.pipelines.generation.adapters.base import FetchedFile, ProviderErr
 CHUNK_SIZE = 64 * 1024
 
 
+def has_userinfo(url: str) -> bool:
+    """True when ``url``'s authority has a user-info part (``user@``, ``user:pass@``, ``@``).
+
+    Parsers disagree on where such an authority's host is (``http://a\\@b``), so an origin
+    check on one parser's answer can be walked around: such URLs are refused outright.
+    """
+    try:
+        return "@" in urlsplit(url).netloc
+    except ValueError:
+        return False
+
+
 def origin(url: str) -> tuple[str, str, int] | None:
-    """``(scheme, host, port)`` of an http(s) URL with default ports filled in, else None."""
+    """``(scheme, host, port)`` of an http(s) URL with default ports filled in, else None
+    (also for a URL with user info: it never names an origin we fetch from)."""
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError:
         return None
     scheme = parts.scheme.lower()
-    if scheme not in ("http", "https") or not parts.hostname:
+    if scheme not in ("http", "https") or not parts.hostname or has_userinfo(url):
         return None
     return scheme, parts.hostname.lower(), port or (443 if scheme == "https" else 80)
 
@@ -50,11 +64,16 @@ async def fetch_to_file(
 ) -> FetchedFile:
     """Stream ``url`` to ``dest``; size, sha256 and content type measured on the way.
 
-    Raises ProviderError: PERMANENT ``output_url_refused`` (another origin),
+    Raises ProviderError: PERMANENT ``output_url_refused`` (another origin, or user info),
     ``output_redirect_refused``, ``output_too_large``; RETRYABLE ``output_expired`` on
     403/410. Other HTTP and transport errors propagate for the adapter to classify.
     Nothing is left at ``dest`` (or beside it) when it fails.
     """
+    if has_userinfo(url):
+        raise _refused(
+            "output URL carries user info (user:password@host), which is never fetched",
+            "output_url_refused",
+        )
     target = origin(url)
     if target is None or target != origin(allowed_origin):
         raise _refused("output URL is not on the provider's origin", "output_url_refused")
