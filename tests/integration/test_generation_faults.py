@@ -149,6 +149,7 @@ async def test_forged_stale_tampered_and_malformed_webhooks_get_401_and_change_n
             snapshot = (await conn.execute(sa.select(generation_tasks))).all()
         async with httpx.AsyncClient(base_url=stack.api_url, trust_env=False) as anon:
             for name, (payload, headers) in cases.items():
+                headers = {"content-type": "application/json", **headers}
                 response = await anon.post("/v1/callbacks/local", content=payload, headers=headers)
                 assert response.status_code == 401, (name, response.text)
                 assert response.json()["type"].endswith("bad-webhook"), name
