@@ -9,6 +9,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -22,58 +24,30 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_up_serves_a_ready_api_and_stops_cleanly(tmp_path: Path) -> None:
-    port = _free_port()
-    env = {
+@dataclass
+class RunningUp:
+    """An ``aigc-hub up`` process serving on ``port``; ``output`` is filled once it stopped."""
+
+    port: int
+    output: str = ""
+
+
+@contextlib.contextmanager
+def _up(tmp_path: Path, **env: str) -> Iterator[RunningUp]:
+    """Start ``aigc-hub up`` in ``tmp_path``, wait until /readyz answers 200 (bounded), and
+    stop it with SIGINT on the way out, asserting it exited 0."""
+    running = RunningUp(_free_port())
+    full_env = {
         **os.environ,
-        "AIGC_HUB_API_PORT": str(port),
+        "AIGC_HUB_API_PORT": str(running.port),
         "AIGC_HUB_LOG_LEVEL": "WARNING",
         "PYTHONPATH": str(ROOT),
+        **env,
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "aigc_hub", "up"],
         cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        ready = None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2)
-                if ready.status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        assert ready is not None and ready.status_code == 200, ready and ready.text
-        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
-        assert (tmp_path / "var" / "hub.db").exists() and (tmp_path / "var" / "log.db").exists()
-    finally:
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
-    assert proc.returncode == 0, out
-    assert "data lives under" in out
-
-
-def test_up_says_in_one_line_at_start_that_a_media_tool_is_missing(tmp_path: Path) -> None:
-    port, provider_port = _free_port(), _free_port()
-    env = {
-        **os.environ,
-        "AIGC_HUB_BUILTIN_PIPELINES": "generation",
-        "AIGC_HUB_API_PORT": str(port),
-        "AIGC_HUB_GEN_LOCAL_PROVIDER_URL": f"http://127.0.0.1:{provider_port}",
-        "AIGC_HUB_FFPROBE": str(tmp_path / "no-ffprobe-here"),
-        "AIGC_HUB_LOG_LEVEL": "WARNING",
-        "PYTHONPATH": str(ROOT),
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "aigc_hub", "up"],
-        cwd=tmp_path,
-        env=env,
+        env=full_env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -81,17 +55,36 @@ def test_up_says_in_one_line_at_start_that_a_media_tool_is_missing(tmp_path: Pat
     try:
         deadline = time.monotonic() + 60
         ready = False
-        while not ready and time.monotonic() < deadline:
+        while not ready and time.monotonic() < deadline and proc.poll() is None:
             with contextlib.suppress(httpx.TransportError):
-                ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
+                response = httpx.get(f"http://127.0.0.1:{running.port}/readyz", timeout=2)
+                ready = response.status_code == 200
             time.sleep(0 if ready else 0.2)
-        assert ready
+        assert ready, "aigc-hub up never became ready"
+        yield running
     finally:
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
-    assert proc.returncode == 0, out
-    warnings = [line for line in out.splitlines() if line.startswith("warning:")]
-    assert len(warnings) == 1, out
+        running.output, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, running.output
+
+
+def test_up_serves_a_ready_api_and_stops_cleanly(tmp_path: Path) -> None:
+    with _up(tmp_path) as up:
+        assert httpx.get(f"http://127.0.0.1:{up.port}/healthz", timeout=2).status_code == 200
+        assert (tmp_path / "var" / "hub.db").exists() and (tmp_path / "var" / "log.db").exists()
+    assert "data lives under" in up.output
+
+
+def test_up_says_in_one_line_at_start_that_a_media_tool_is_missing(tmp_path: Path) -> None:
+    with _up(
+        tmp_path,
+        AIGC_HUB_BUILTIN_PIPELINES="generation",
+        AIGC_HUB_GEN_LOCAL_PROVIDER_URL=f"http://127.0.0.1:{_free_port()}",
+        AIGC_HUB_FFPROBE=str(tmp_path / "no-ffprobe-here"),
+    ) as up:
+        pass
+    warnings = [line for line in up.output.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1, up.output
     assert "ffprobe is not an executable at AIGC_HUB_FFPROBE=" in warnings[0]
     assert "ffmpeg" not in warnings[0].split("ffprobe", 1)[0]  # ffmpeg itself was found
 
