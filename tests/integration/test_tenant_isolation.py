@@ -230,8 +230,14 @@ async def test_tenant_b_never_gets_a_2xx_or_an_effect_with_tenant_a_ids(hub: Hub
                     "json": body,
                     "content": raw,
                 }
+                # a webhook is JSON sent as raw bytes (the signature covers those bytes)
+                raw_type = {"Content-Type": "application/json"} if raw is not None else {}
                 before = await _rows(hub, but_of=tenant_b.id)
-                b_headers = {"Authorization": f"Bearer {key_b}", "Idempotency-Key": f"b-{calls}"}
+                b_headers = {
+                    "Authorization": f"Bearer {key_b}",
+                    "Idempotency-Key": f"b-{calls}",
+                    **raw_type,
+                }
                 as_b = await client.request(**request, headers=b_headers)
                 calls += 1
                 assert as_b.status_code != 422, f"{what}: B's request was invalid: {as_b.text}"
@@ -252,7 +258,7 @@ async def test_tenant_b_never_gets_a_2xx_or_an_effect_with_tenant_a_ids(hub: Hub
                 # The control: the owner's identical request is valid and accepted, so B's
                 # refusal above is about who asked, not about the request.
                 owner = _owner_headers(template, key_a, admin, raw)
-                owner["Idempotency-Key"] = f"owner-{calls}"
+                owner.update({"Idempotency-Key": f"owner-{calls}", **raw_type})
                 as_owner = await client.request(**request, headers=owner)
                 assert 200 <= as_owner.status_code < 300, (what, as_owner.text)
                 if streams:
