@@ -1,7 +1,32 @@
-"""Test doubles shipped with the package: the in-memory broker with a deterministic ``drain()``."""
+"""Test doubles shipped with the package: the in-memory broker with a deterministic ``drain()``,
+and a scriptable generation provider with a probe that needs no FFmpeg."""
 
 from __future__ import annotations
 
 from aigc_hub.messaging.memory import MemoryBroker, MemoryConsumer
+from aigc_hub.testing.generation import (
+    FAKE_MODEL,
+    Call,
+    Cancel,
+    FakeJob,
+    FakeProvider,
+    JobScript,
+    Step,
+    Submit,
+)
+from aigc_hub.testing.media import FakeProbe, fake_video
 
-__all__ = ["MemoryBroker", "MemoryConsumer"]
+__all__ = [
+    "FAKE_MODEL",
+    "Call",
+    "Cancel",
+    "FakeJob",
+    "FakeProbe",
+    "FakeProvider",
+    "JobScript",
+    "MemoryBroker",
+    "MemoryConsumer",
+    "Step",
+    "Submit",
+    "fake_video",
+]
