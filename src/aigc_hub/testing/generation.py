@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import hashlib
+import itertools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -144,6 +145,7 @@ class FakeProvider:
         self._scripts: dict[str, JobScript] = {}
         self._submits: dict[str, int] = {}  # submit calls per script key
         self._called = asyncio.Condition()
+        self._ids = itertools.count(1)  # never reused, even after forget()
         self.closed = False
 
     # -- scripting and inspection ----------------------------------------------------------
@@ -351,7 +353,7 @@ class FakeProvider:
     def _create(self, request: GenerationRequest, script: JobScript, answer: Submit) -> FakeJob:
         status = {Submit.RUN: N.RUNNING, Submit.FINISH: N.SUCCEEDED}.get(answer, N.ACCEPTED)
         job = FakeJob(
-            id=f"fake-job-{len(self.jobs) + 1}",
+            id=f"fake-job-{next(self._ids)}",
             request_key=request.request_key,
             prompt=request.prompt,
             script=script,

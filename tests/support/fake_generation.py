@@ -1,0 +1,160 @@
+"""A hub with the generation pipeline on the fake provider: memory broker, manual clock, a
+real database and blob store, and no media tools.
+
+Nothing runs on its own time: :meth:`FakeGeneration.settle` publishes the outbox and waits
+until every consumer group has handled everything; scanners run when a test calls
+:meth:`FakeGeneration.scan`, and time moves when it calls :meth:`FakeGeneration.advance`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from aigc_hub.blobs.local import LocalBlobStore
+from aigc_hub.bootstrap import Hub
+from aigc_hub.core.clock import ManualClock
+from aigc_hub.pipelines.generation import services, wiring
+from aigc_hub.pipelines.generation.config import GenerationSettings
+from aigc_hub.pipelines.generation.models import generation_tasks, task_events
+from aigc_hub.pipelines.generation.pipeline import pipeline as generation
+from aigc_hub.reliability.notifications import pipeline as notifications
+from aigc_hub.store import engine as store_engine
+from aigc_hub.store.engine import reader
+from aigc_hub.testing import FAKE_MODEL, FakeProbe, FakeProvider, MemoryBroker
+
+TENANT = "tenant-fake"
+WEBHOOK_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+#: Deadlines the tests step over with the manual clock (seconds).
+SETTINGS: dict[str, Any] = {
+    "providers": "local",  # unused: the fake adapters are installed instead
+    "callback_base_url": "http://127.0.0.1:9",
+    "local_webhook_secrets": WEBHOOK_SECRET,
+    "poll_first_s": 1.0,
+    "poll_max_s": 4.0,
+    "poll_rate_per_s": 1000.0,
+    "unknown_recheck_s": 10.0,
+    "dispatching_deadline_s": 30.0,
+    "running_silence_s": 60.0,
+    "fetch_deadline_s": 60.0,
+    "cancel_deadline_s": 30.0,
+    "queued_deadline_s": 600.0,
+}
+
+
+@dataclass
+class FakeGeneration:
+    hub: Hub
+    broker: MemoryBroker
+    clock: ManualClock
+    provider: FakeProvider
+    probe: FakeProbe
+
+    async def create(self, prompt: str, *, duration_s: int = 2) -> str:
+        """Create a task of the fake model (not yet dispatched); returns its id."""
+        body = services.CreateTask(
+            model=FAKE_MODEL, prompt=prompt, duration_s=duration_s, resolution="320x180"
+        )
+        task = await services.create_task(
+            self.hub, tenant_id=TENANT, body=body, idempotency_key=prompt
+        )
+        return str(task["task_id"])
+
+    async def settle(self) -> None:
+        """Publish the outbox and let every group handle it, until nothing more happens."""
+        for _ in range(100):
+            await self.broker.drain(timeout=20)  # handlers done, their events in the outbox
+            if await self.hub.relay.drain() == 0:
+                return
+        raise AssertionError("the hub kept producing events for 100 rounds")
+
+    async def pump_until(self, check: Callable[[], bool], timeout_s: float = 10.0) -> None:
+        """Publish the outbox until ``check()`` holds (for a handler left waiting on the clock,
+        which :meth:`settle` would wait for in vain)."""
+        deadline = time.monotonic() + timeout_s
+        while not check():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not reached within {timeout_s} s")
+            await self.hub.relay.drain()
+            await asyncio.sleep(0.01)
+
+    async def advance(self, seconds: float) -> None:
+        """Move the manual clock (scanners see the new time when they next run)."""
+        await self.clock.advance(seconds)
+
+    async def scan(self, name: str) -> list[str]:
+        """One pass of the named scanner (find, then repair each finding); its results."""
+        (scanner,) = [s for s in self.hub.scanners() if s.name == name]
+        now = self.clock.now_ms()
+        return [await scanner.repair(f, now) for f in await scanner.find(now)]
+
+    async def task(self, task_id: str) -> dict[str, Any]:
+        """The task row."""
+        async with reader(self.hub.engine) as conn:
+            row = (
+                await conn.execute(
+                    sa.select(generation_tasks).where(generation_tasks.c.id == task_id)
+                )
+            ).one()
+        return dict(row._mapping)
+
+    async def status(self, task_id: str) -> str:
+        """The task's status."""
+        return str((await self.task(task_id))["status"])
+
+    async def path(self, task_id: str) -> list[str]:
+        """The task's statuses in the order its history recorded them."""
+        async with reader(self.hub.engine) as conn:
+            rows = await conn.execute(
+                sa.select(task_events.c.to_status)
+                .where(task_events.c.task_id == task_id)
+                .order_by(task_events.c.id)
+            )
+            return [str(r.to_status) for r in rows]
+
+    def request_key(self, prompt: str) -> str:
+        """The request key of the last submit of ``prompt``'s task."""
+        job = self.provider.jobs_for_prompt(prompt)
+        assert job, f"no job for {prompt!r}"
+        return job[-1].request_key
+
+
+@contextlib.asynccontextmanager
+async def fake_generation(
+    db_url: str,
+    tmp_path: Path,
+    provider: FakeProvider | None = None,
+    **overrides: Any,
+) -> AsyncIterator[FakeGeneration]:
+    """A running hub (handlers only: no relay loop, no scanner loop) on ``db_url``."""
+    clock = ManualClock()
+    broker = MemoryBroker(clock=clock)
+    hub = Hub(
+        engine=store_engine.create_engine(db_url),
+        broker=broker,
+        pipelines=[notifications, generation],
+        clock=clock,
+        blobs=LocalBlobStore(tmp_path / "blobs", secret=b"test-blob-secret"),
+    )
+    provider = provider or FakeProvider()
+    probe = FakeProbe()
+    settings = GenerationSettings(**(SETTINGS | overrides))
+    wiring.install(hub, wiring.build(hub, settings, [provider], probe=probe))
+    await hub.start()
+    await services.grant_credits(hub, tenant_id=TENANT, amount=10_000, grant_id="start")
+    stop = asyncio.Event()
+    running = asyncio.create_task(hub.run(stop, relay=False))
+    try:
+        yield FakeGeneration(hub, broker, clock, provider, probe)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 30)
+        await hub.close()
