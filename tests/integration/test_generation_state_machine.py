@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from aigc_hub.pipelines.generation import ledger, services
+from aigc_hub.pipelines.generation import services
 from aigc_hub.pipelines.generation.adapters.base import NormalizedStatus as N
-from aigc_hub.pipelines.generation.models import task_attempts, task_events
+from aigc_hub.pipelines.generation.models import credit_ledger, task_attempts, task_events
 from aigc_hub.pipelines.generation.states import TRANSITIONS, TaskStatus
 from aigc_hub.store.engine import reader
 from aigc_hub.testing import Cancel, JobScript, Step, Submit
@@ -36,9 +36,9 @@ def scenario(fn: Scenario) -> Scenario:
 async def ledger_entries(g: FakeGeneration, task_id: str) -> list[str]:
     async with reader(g.hub.engine) as conn:
         rows = await conn.execute(
-            sa.select(ledger.credit_ledger.c.type)
-            .where(ledger.credit_ledger.c.task_id == task_id)
-            .order_by(ledger.credit_ledger.c.id)
+            sa.select(credit_ledger.c.type)
+            .where(credit_ledger.c.task_id == task_id)
+            .order_by(credit_ledger.c.id)
         )
         return [str(r.type) for r in rows]
 
@@ -114,7 +114,9 @@ async def rate_limited_submit_waits_then_submits_once_more(g: FakeGeneration) ->
     assert await g.status(task) == S.SUCCEEDED
     key = g.request_key("rate limited")
     assert [c.method for c in g.provider.calls if c.request_key == key][:3] == [
-        "submit", "query", "submit"
+        "submit",
+        "query",
+        "submit",
     ]  # asked by key before sending again
     assert len(g.provider.jobs_for_key(key)) == 1
 
@@ -191,12 +193,16 @@ async def unknown_submit_never_arrived_is_requeued_and_resubmitted(g: FakeGenera
     # the second attempt has its own request key, and only it made a job
     async with reader(g.hub.engine) as conn:
         keys = (
-            await conn.execute(
-                sa.select(task_attempts.c.provider_request_key)
-                .where(task_attempts.c.task_id == task)
-                .order_by(task_attempts.c.attempt_no)
+            (
+                await conn.execute(
+                    sa.select(task_attempts.c.provider_request_key)
+                    .where(task_attempts.c.task_id == task)
+                    .order_by(task_attempts.c.attempt_no)
+                )
             )
-        ).scalars().all()
+            .scalars()
+            .all()
+        )
     assert len(keys) == 2 and keys[0] != keys[1]
     assert [j.request_key for j in g.provider.jobs_for_prompt("never arrived")] == [keys[1]]
 
@@ -351,6 +357,20 @@ async def canceled_while_unknown_asks_the_provider_by_request_key(g: FakeGenerat
         S.QUEUED, S.DISPATCHING, S.SUBMIT_UNKNOWN, S.CANCEL_REQUESTED, S.CANCELED,
     ]  # fmt: skip
     assert [j.status for j in g.provider.jobs_for_prompt("cancel unknown")] == [N.CANCELED]
+
+
+@scenario
+async def canceled_while_unknown_and_never_submitted_ends_canceled(g: FakeGeneration) -> None:
+    g.provider.script("cancel never arrived", JobScript(submit=[Submit.TIMEOUT_BEFORE_ACCEPT]))
+    task = await g.create("cancel never arrived")
+    await g.settle()
+    await cancel(g, task)
+    await g.settle()
+    assert await g.path(task) == [
+        S.QUEUED, S.DISPATCHING, S.SUBMIT_UNKNOWN, S.CANCEL_REQUESTED, S.CANCELED,
+    ]  # fmt: skip
+    assert g.provider.jobs_for_prompt("cancel never arrived") == []
+    assert await ledger_entries(g, task) == ["RESERVE", "RELEASE"]
 
 
 # -- the tests -------------------------------------------------------------------------------
