@@ -17,7 +17,12 @@ import sqlalchemy as sa
 
 from aigc_hub.pipelines.generation import services
 from aigc_hub.pipelines.generation.adapters.base import NormalizedStatus as N
-from aigc_hub.pipelines.generation.models import credit_ledger, task_attempts, task_events
+from aigc_hub.pipelines.generation.models import (
+    credit_ledger,
+    generation_tasks,
+    task_attempts,
+    task_events,
+)
 from aigc_hub.pipelines.generation.states import TRANSITIONS, TaskStatus
 from aigc_hub.store.engine import reader
 from aigc_hub.testing import Cancel, JobScript, Step, Submit
@@ -119,6 +124,55 @@ async def rate_limited_submit_waits_then_submits_once_more(g: FakeGeneration) ->
         "submit",
     ]  # asked by key before sending again
     assert len(g.provider.jobs_for_key(key)) == 1
+
+
+@scenario
+async def unavailable_provider_is_asked_by_key_before_the_submit_is_sent_again(
+    g: FakeGeneration,
+) -> None:
+    g.provider.script("503 first", JobScript(submit=[Submit.UNAVAILABLE, Submit.ACCEPT]))
+    before = len(g.provider.calls_of("submit"))
+    task = await g.create("503 first")
+    await g.pump_until(lambda: len(g.provider.calls_of("submit")) > before)
+    await g.advance(2.0)  # the submitter's Retry
+    await g.settle()
+    assert await g.status(task) == S.SUBMITTED
+    key = g.request_key("503 first")
+    assert [c.method for c in g.provider.calls if c.request_key == key] == [
+        "submit", "query", "submit"
+    ]  # fmt: skip
+    await poll_round(g)
+    await poll_round(g)
+    assert await g.status(task) == S.SUCCEEDED
+
+
+@scenario
+async def unrecognized_answer_is_reconciled_at_the_dispatching_deadline(g: FakeGeneration) -> None:
+    g.provider.script("odd answer", JobScript(submit=[Submit.UNRECOGNIZED]))
+    task = await g.create("odd answer")
+    await g.settle()
+    assert await g.status(task) == S.DISPATCHING
+    await g.advance(g.hub.extensions["generation"].settings.dispatching_deadline_s + 1)
+    assert "submit_rechecked" in await g.scan("generation-deadlines")
+    await g.settle()
+    assert await g.status(task) == S.RUNNING  # found by its request key, not submitted again
+    key = g.request_key("odd answer")
+    assert len([c for c in g.provider.calls_of("submit") if c.request_key == key]) == 1
+    assert len(g.provider.jobs_for_key(key)) == 1
+    await poll_round(g)
+    assert await g.status(task) == S.SUCCEEDED
+
+
+@scenario
+async def silent_running_job_is_polled_at_its_deadline(g: FakeGeneration) -> None:
+    g.provider.script("silent", JobScript(submit=[Submit.RUN], steps=[Step(N.SUCCEEDED)]))
+    task = await g.create("silent")
+    await g.settle()
+    assert await g.status(task) == S.RUNNING
+    await g.advance(g.hub.extensions["generation"].settings.running_silence_s + 1)
+    assert "silence_polled" in await g.scan("generation-deadlines")  # no poll scanner ran
+    await g.settle()
+    assert await g.status(task) == S.SUCCEEDED
 
 
 # -- a submit whose answer was lost (SUBMIT_UNKNOWN) -------------------------------------------
@@ -387,7 +441,9 @@ UNREACHED = {
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-async def test_scenario(name: str, db_url: str, tmp_path: Path) -> None:
+async def test_the_task_takes_the_path_its_provider_leads_it(
+    name: str, db_url: str, tmp_path: Path
+) -> None:
     async with fake_generation(db_url, tmp_path) as g:
         await SCENARIOS[name](g)
 
@@ -399,6 +455,8 @@ async def test_every_allowed_transition_is_taken_by_some_real_path(
         for run in SCENARIOS.values():
             await run(g)
         async with reader(g.hub.engine) as conn:
+            statuses = (await conn.execute(sa.select(generation_tasks.c.status))).scalars()
+            assert {S(s).terminal for s in statuses} == {True}  # each scenario ends its task
             rows = await conn.execute(
                 sa.select(task_events.c.from_status, task_events.c.to_status)
                 .where(task_events.c.from_status.is_not(None))

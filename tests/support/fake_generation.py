@@ -14,13 +14,14 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 
 from aigc_hub.blobs.local import LocalBlobStore
 from aigc_hub.bootstrap import Hub
 from aigc_hub.core.clock import ManualClock
+from aigc_hub.messaging.base import Broker
 from aigc_hub.pipelines.generation import services, wiring
 from aigc_hub.pipelines.generation.config import GenerationSettings
 from aigc_hub.pipelines.generation.models import generation_tasks, task_events
@@ -29,6 +30,7 @@ from aigc_hub.reliability.notifications import pipeline as notifications
 from aigc_hub.store import engine as store_engine
 from aigc_hub.store.engine import reader
 from aigc_hub.testing import FAKE_MODEL, FakeProbe, FakeProvider, MemoryBroker
+from tests.support.hubs import DoublePublisher
 
 TENANT = "tenant-fake"
 WEBHOOK_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -132,14 +134,18 @@ async def fake_generation(
     db_url: str,
     tmp_path: Path,
     provider: FakeProvider | None = None,
+    *,
+    publish_twice: bool = False,
     **overrides: Any,
 ) -> AsyncIterator[FakeGeneration]:
-    """A running hub (handlers only: no relay loop, no scanner loop) on ``db_url``."""
+    """A running hub (handlers only: no relay loop, no scanner loop) on ``db_url``;
+    ``publish_twice`` delivers every event twice (a relay retrying after a lost ack)."""
     clock = ManualClock()
     broker = MemoryBroker(clock=clock)
     hub = Hub(
         engine=store_engine.create_engine(db_url),
-        broker=broker,
+        # DoublePublisher passes everything but publish through to the broker it wraps.
+        broker=cast(Broker, DoublePublisher(broker)) if publish_twice else broker,
         pipelines=[notifications, generation],
         clock=clock,
         blobs=LocalBlobStore(tmp_path / "blobs", secret=b"test-blob-secret"),
