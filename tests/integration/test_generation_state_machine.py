@@ -114,7 +114,7 @@ async def rate_limited_submit_waits_then_submits_once_more(g: FakeGeneration) ->
     task = await g.create("rate limited")
     await g.pump_until(lambda: len(g.provider.calls_of("submit")) > before)
     assert await g.status(task) == S.DISPATCHING  # the submitter waits out Retry-After
-    await g.advance(2.0)
+    await g.advance_until(lambda: len(g.provider.calls_of("submit")) > before + 1)
     await g.settle()
     assert await g.status(task) == S.SUCCEEDED
     key = g.request_key("rate limited")
@@ -134,7 +134,7 @@ async def unavailable_provider_is_asked_by_key_before_the_submit_is_sent_again(
     before = len(g.provider.calls_of("submit"))
     task = await g.create("503 first")
     await g.pump_until(lambda: len(g.provider.calls_of("submit")) > before)
-    await g.advance(2.0)  # the submitter's Retry
+    await g.advance_until(lambda: len(g.provider.calls_of("submit")) > before + 1)
     await g.settle()
     assert await g.status(task) == S.SUBMITTED
     key = g.request_key("503 first")
@@ -327,7 +327,7 @@ async def expired_output_url_is_fetched_again(g: FakeGeneration) -> None:
     task = await g.create("expired")
     await g.pump_until(lambda: len(g.provider.calls_of("fetch_output")) > before)
     assert await g.status(task) == S.OUTPUT_FETCHING
-    await g.advance(5.0)  # the fetcher's Retry
+    await g.advance_until(lambda: len(g.provider.calls_of("fetch_output")) > before + 1)
     await g.settle()
     assert await g.status(task) == S.SUCCEEDED
     assert len(g.provider.calls_of("fetch_output")) == before + 2
@@ -366,7 +366,9 @@ async def canceled_while_dispatching_never_reaches_the_provider(g: FakeGeneratio
     task = await g.create("cancel dispatching")
     await g.pump_until(lambda: len(g.provider.calls_of("submit")) > before)
     await cancel(g, task)
-    await g.advance(2.0)  # the submitter's Retry-After ends: it finds the cancel
+    queries = len(g.provider.calls_of("query"))
+    # the submitter's Retry-After ends: it asks by key, then finds the cancel
+    await g.advance_until(lambda: len(g.provider.calls_of("query")) > queries)
     await g.settle()
     assert await g.path(task) == [S.QUEUED, S.DISPATCHING, S.CANCEL_REQUESTED, S.CANCELED]
     assert g.provider.jobs_for_prompt("cancel dispatching") == []

@@ -88,6 +88,18 @@ class FakeGeneration:
             await self.hub.relay.drain()
             await asyncio.sleep(0.01)
 
+    async def advance_until(
+        self, check: Callable[[], bool], step_s: float = 1.0, timeout_s: float = 10.0
+    ) -> None:
+        """Move the clock ``step_s`` at a time until ``check()`` holds (wakes a handler
+        waiting out a ``Retry`` whatever instant its wait began)."""
+        deadline = time.monotonic() + timeout_s
+        while not check():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not reached within {timeout_s} s")
+            await self.clock.advance(step_s)
+            await asyncio.sleep(0.01)
+
     async def advance(self, seconds: float) -> None:
         """Move the manual clock (scanners see the new time when they next run)."""
         await self.clock.advance(seconds)
