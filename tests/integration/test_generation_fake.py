@@ -129,7 +129,7 @@ async def test_every_event_delivered_twice_still_makes_one_job_and_one_path(
         g.broker.fail_publish = lambda batch: published.extend(m.value for m in batch)
         task = await g.create("twice")
         await g.settle()
-        await g.advance(g.hub.extensions["generation"].settings.unknown_recheck_s)
+        await g.advance(g.settings.unknown_recheck_s)
         await g.scan("generation-deadlines")
         await g.settle()
         assert await g.path(task) == [
@@ -139,4 +139,28 @@ async def test_every_event_delivered_twice_still_makes_one_job_and_one_path(
         dispatched = [v for v in published if events.ATTEMPT_DISPATCHED.encode() in v]
         assert len(dispatched) == 2 and dispatched[0] == dispatched[1]  # it was delivered twice
         assert len(provider.jobs_for_prompt("twice")) == 1
+        assert len(provider.calls_of("submit")) == 1
+
+
+async def test_a_submit_unknown_the_provider_cannot_look_up_fails_after_the_give_up_time(
+    db_url: str, tmp_path: Path
+) -> None:
+    provider = FakeProvider(lookup_by_request_key=False)
+    provider.script("unfindable", JobScript(submit=[Submit.TIMEOUT_AFTER_ACCEPT]))
+    async with fake_generation(db_url, tmp_path, provider, unknown_give_up_s=60.0) as g:
+        task = await g.create("unfindable")
+        await g.settle()
+        settings = g.settings
+        for _ in range(5):  # the rechecks at 10, 20 … 50 s learn nothing
+            assert await g.status(task) == S.SUBMIT_UNKNOWN
+            await g.advance(settings.unknown_recheck_s)
+            assert await g.scan("generation-deadlines") == ["reconcile_queried"]
+            await g.settle()
+        await g.advance(settings.unknown_recheck_s)
+        assert await g.scan("generation-deadlines") == ["failed_submit_unknown"]
+        await g.settle()
+        assert await g.path(task) == [S.QUEUED, S.DISPATCHING, S.SUBMIT_UNKNOWN, S.FAILED]
+        row = await g.task(task)
+        assert (row["failure_class"], row["failure_code"]) == ("provider", "submit_unknown")
+        assert await g.held_slots() == 0
         assert len(provider.calls_of("submit")) == 1

@@ -50,7 +50,7 @@ async def ledger_entries(g: FakeGeneration, task_id: str) -> list[str]:
 
 async def poll_round(g: FakeGeneration) -> None:
     """Let the next poll of every job fall due, emit it, and apply the answers."""
-    await g.advance(g.hub.extensions["generation"].settings.poll_max_s * 1.3)
+    await g.advance(g.settings.poll_max_s * 1.3)
     await g.scan("generation-polls")
     await g.settle()
 
@@ -152,7 +152,7 @@ async def unrecognized_answer_is_reconciled_at_the_dispatching_deadline(g: FakeG
     task = await g.create("odd answer")
     await g.settle()
     assert await g.status(task) == S.DISPATCHING
-    await g.advance(g.hub.extensions["generation"].settings.dispatching_deadline_s + 1)
+    await g.advance(g.settings.dispatching_deadline_s + 1)
     assert "submit_rechecked" in await g.scan("generation-deadlines")
     await g.settle()
     assert await g.status(task) == S.RUNNING  # found by its request key, not submitted again
@@ -169,7 +169,7 @@ async def silent_running_job_is_polled_at_its_deadline(g: FakeGeneration) -> Non
     task = await g.create("silent")
     await g.settle()
     assert await g.status(task) == S.RUNNING
-    await g.advance(g.hub.extensions["generation"].settings.running_silence_s + 1)
+    await g.advance(g.settings.running_silence_s + 1)
     assert "silence_polled" in await g.scan("generation-deadlines")  # no poll scanner ran
     await g.settle()
     assert await g.status(task) == S.SUCCEEDED
@@ -184,7 +184,7 @@ async def timed_out(g: FakeGeneration, prompt: str, script: JobScript) -> str:
     task = await g.create(prompt)
     await g.settle()
     assert await g.status(task) == S.SUBMIT_UNKNOWN
-    await g.advance(g.hub.extensions["generation"].settings.unknown_recheck_s)
+    await g.advance(g.settings.unknown_recheck_s)
     assert "reconcile_queried" in await g.scan("generation-deadlines")
     await g.settle()
     return task
@@ -352,7 +352,7 @@ async def canceled_while_queued(g: FakeGeneration) -> None:
 @scenario
 async def queued_too_long_fails(g: FakeGeneration) -> None:
     task = await g.create("never scheduled")  # the scheduler never gets to it
-    await g.advance(g.hub.extensions["generation"].settings.queued_deadline_s + 1)
+    await g.advance(g.settings.queued_deadline_s + 1)
     assert "failed_queue_timeout" in await g.scan("generation-deadlines")
     await g.settle()
     assert await g.path(task) == [S.QUEUED, S.FAILED]

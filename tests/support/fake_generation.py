@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -21,7 +21,8 @@ import sqlalchemy as sa
 from aigc_hub.blobs.local import LocalBlobStore
 from aigc_hub.bootstrap import Hub
 from aigc_hub.core.clock import ManualClock
-from aigc_hub.messaging.base import Broker
+from aigc_hub.messaging.base import Broker, RebalanceCallback
+from aigc_hub.messaging.memory import MemoryConsumer
 from aigc_hub.pipelines.generation import services, wiring
 from aigc_hub.pipelines.generation.config import GenerationSettings
 from aigc_hub.pipelines.generation.models import generation_tasks, task_events
@@ -29,6 +30,7 @@ from aigc_hub.pipelines.generation.pipeline import pipeline as generation
 from aigc_hub.reliability.notifications import pipeline as notifications
 from aigc_hub.store import engine as store_engine
 from aigc_hub.store.engine import reader
+from aigc_hub.store.tables import dead_letters, outbox, redeliveries
 from aigc_hub.testing import FAKE_MODEL, FakeProbe, FakeProvider, MemoryBroker
 from tests.support.hubs import DoublePublisher
 
@@ -60,6 +62,17 @@ class FakeGeneration:
     provider: FakeProvider
     probe: FakeProbe
 
+    @property
+    def settings(self) -> GenerationSettings:
+        """The pipeline's settings in this hub."""
+        return wiring.generation_of(self.hub).settings
+
+    async def held_slots(self) -> int:
+        """How many platform slot permits are held now (each active attempt holds one)."""
+        slots = wiring.generation_of(self.hub).slots
+        names = [f"slot:platform:{n}" for n in range(slots.limits["platform"])]
+        return sum([await slots.leases.holder(name) is not None for name in names])
+
     async def create(self, prompt: str, *, duration_s: int = 2) -> str:
         """Create a task of the fake model (not yet dispatched); returns its id."""
         body = services.CreateTask(
@@ -74,9 +87,32 @@ class FakeGeneration:
         """Publish the outbox and let every group handle it, until nothing more happens."""
         for _ in range(100):
             await self.broker.drain(timeout=20)  # handlers done, their events in the outbox
-            if await self.hub.relay.drain() == 0:
+            # A pass that publishes nothing may only have waited for an older row of a key
+            # (PostgreSQL commits out of id order): done when nothing is left unpublished.
+            if await self.hub.relay.drain() == 0 and not await self._unpublished():
+                await self._assert_nothing_failed()
                 return
         raise AssertionError("the hub kept producing events for 100 rounds")
+
+    async def _unpublished(self) -> int:
+        async with reader(self.hub.engine) as conn:
+            count = await conn.execute(
+                sa.select(sa.func.count()).where(outbox.c.published_at.is_(None))
+            )
+            return int(count.scalar_one())
+
+    async def _assert_nothing_failed(self) -> None:
+        """A handler that gave up (dead letter) or parked an event would end a scenario
+        early without a word: say so instead."""
+        async with reader(self.hub.engine) as conn:
+            dead = (
+                await conn.execute(sa.select(dead_letters.c.consumer, dead_letters.c.error_message))
+            ).all()
+            parked = (
+                await conn.execute(sa.select(redeliveries.c.consumer, redeliveries.c.error_message))
+            ).all()
+        assert not dead, f"dead letters: {[tuple(r) for r in dead]}"
+        assert not parked, f"parked events: {[tuple(r) for r in parked]}"
 
     async def pump_until(self, check: Callable[[], bool], timeout_s: float = 10.0) -> None:
         """Publish the outbox until ``check()`` holds (for a handler left waiting on the clock,
@@ -141,6 +177,33 @@ class FakeGeneration:
         return job[-1].request_key
 
 
+class JoiningBroker(MemoryBroker):
+    """A memory broker that tells when every expected consumer group has a member.
+
+    ``drain()`` only waits for groups with members: one whose runtime has not started yet
+    would be skipped, and a test would read the database before its handler ran."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock=clock)
+        self.expected: set[str] = set()
+        self.all_joined = asyncio.Event()
+
+    def consumer(
+        self,
+        group: str,
+        topics: Sequence[str],
+        *,
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+    ) -> MemoryConsumer:
+        """A new member of ``group`` (see MemoryBroker.consumer); notes that it joined."""
+        member = super().consumer(group, topics, on_assign=on_assign, on_revoke=on_revoke)
+        self.expected.discard(group)
+        if not self.expected:
+            self.all_joined.set()
+        return member
+
+
 @contextlib.asynccontextmanager
 async def fake_generation(
     db_url: str,
@@ -153,7 +216,7 @@ async def fake_generation(
     """A running hub (handlers only: no relay loop, no scanner loop) on ``db_url``;
     ``publish_twice`` delivers every event twice (a relay retrying after a lost ack)."""
     clock = ManualClock()
-    broker = MemoryBroker(clock=clock)
+    broker = JoiningBroker(clock)
     hub = Hub(
         engine=store_engine.create_engine(db_url),
         # DoublePublisher passes everything but publish through to the broker it wraps.
@@ -169,8 +232,11 @@ async def fake_generation(
     await hub.start()
     await services.grant_credits(hub, tenant_id=TENANT, amount=10_000, grant_id="start")
     stop = asyncio.Event()
+    broker.expected = {spec.group for spec in hub.handler_specs}
     running = asyncio.create_task(hub.run(stop, relay=False))
     try:
+        async with asyncio.timeout(20):
+            await broker.all_joined.wait()
         yield FakeGeneration(hub, broker, clock, provider, probe)
     finally:
         stop.set()

@@ -112,6 +112,16 @@ async def test_queries_walk_the_steps_and_stop_at_a_final_status() -> None:
     assert missing.normalized_status is N.NOT_FOUND
 
 
+async def test_a_provider_that_cannot_look_up_by_key_answers_unknown_never_not_found() -> None:
+    provider = FakeProvider(lookup_by_request_key=False)
+    job_id = await submit(provider)
+    by_key = await provider.query(provider_job_id=None, request_key="task-1-1")
+    never = await provider.query(provider_job_id=None, request_key="never-sent")
+    assert by_key.normalized_status is never.normalized_status is N.UNKNOWN
+    by_id = await provider.query(provider_job_id=job_id, request_key="task-1-1")
+    assert by_id.normalized_status is N.RUNNING
+
+
 @pytest.mark.parametrize(
     ("cancel", "status"),
     [(Cancel.STOP, N.CANCELED), (Cancel.IGNORE, N.ACCEPTED), (Cancel.FINISH, N.SUCCEEDED)],

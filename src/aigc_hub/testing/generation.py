@@ -53,11 +53,15 @@ class FakeProvider:
         *,
         default: JobScript | None = None,
         idempotent: bool = True,
+        lookup_by_request_key: bool = True,
         credits_per_second: int = 1,
     ) -> None:
         self.name = name
         self.default = default or JobScript()
         self.idempotent = idempotent
+        #: False: like a vendor that cannot search by request key, a lookup without a job id
+        #: answers UNKNOWN (never a false NOT_FOUND).
+        self.lookup_by_request_key = lookup_by_request_key
         self.credits_per_second = credits_per_second
         #: Every call received, oldest first.
         self.calls: list[Call] = []
@@ -203,10 +207,12 @@ class FakeProvider:
         return result
 
     async def query(self, *, provider_job_id: str | None, request_key: str) -> ProviderResult:
-        """The job by id, else by request key (NOT_FOUND when there is none); a job not
-        finished first takes its script's next step."""
+        """The job by id, else by request key (NOT_FOUND when there is none, UNKNOWN when
+        ``lookup_by_request_key`` is off); a job not finished first takes its next step."""
         await self._record(Call("query", request_key=request_key, job_id=provider_job_id))
         job = self.jobs.get(provider_job_id or "")
+        if job is None and not self.lookup_by_request_key:
+            return ProviderResult(None, N.UNKNOWN, raw_status="cannot_look_up")
         if job is None:
             found = self.jobs_for_key(request_key)
             if not found:
