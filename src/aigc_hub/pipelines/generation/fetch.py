@@ -22,7 +22,7 @@ from aigc_hub.core.errors import Retry
 from aigc_hub.pipelines.generation import events, lifecycle
 from aigc_hub.pipelines.generation.adapters.base import NormalizedStatus, ProviderError
 from aigc_hub.pipelines.generation.models import assets, provider_jobs
-from aigc_hub.pipelines.generation.probe import InvalidMedia, probe_video
+from aigc_hub.pipelines.generation.probe import InvalidMedia
 from aigc_hub.pipelines.generation.states import TaskStatus
 from aigc_hub.pipelines.generation.wiring import Generation
 from aigc_hub.reliability.outbox import Routed
@@ -74,7 +74,7 @@ async def fetch_output(
                 max_bytes=gen.settings.max_output_bytes,
             )
             try:
-                info = await probe_video(fetched.path)
+                info = await gen.probe(fetched.path)
             except InvalidMedia as exc:
                 return await _invalid(hub, env, task, str(exc))
             key = object_key(task["tenant_id"], task["id"], f.attempt_id)

@@ -3,8 +3,9 @@ deadline gets the command that lets the normal path finish it — never a forged
 
 * ``generation-deadlines``: QUEUED too long → FAILED (hold released); DISPATCHING → the
   submit command again (the submitter queries by request key first); SUBMIT_UNKNOWN,
-  SUBMITTED/RUNNING without observation → a poll; CANCEL_REQUESTED → cancel again;
-  OUTPUT_FETCHING → fetch again. Each finding is audited.
+  SUBMITTED/RUNNING without observation → a poll; SUBMIT_UNKNOWN past ``unknown_give_up_s``
+  → FAILED (hold and slots released); CANCEL_REQUESTED → cancel again; OUTPUT_FETCHING →
+  fetch again. Each finding is audited.
 * ``generation-polls``: emits the polls that ``next_poll_at`` asks for (routine, unaudited).
 * ``generation-scheduler``: runs a scheduling pass while tasks wait (lost wake-ups, aging).
 * ``generation-slots``: renews the slot permits of every active attempt from the database,
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import StaleTransition
@@ -32,6 +34,7 @@ from aigc_hub.pipelines.generation.models import (
     provider_jobs,
     task_attempts,
 )
+from aigc_hub.pipelines.generation.observe import release_slots
 from aigc_hub.pipelines.generation.scheduler import active_attempts, schedule
 from aigc_hub.pipelines.generation.states import TERMINAL, TaskStatus
 from aigc_hub.pipelines.generation.wiring import generation_of
@@ -106,6 +109,9 @@ class DeadlineScanner:
             ).first()
             if attempt is None:
                 return "skipped"
+            unknown_for = now_ms - (attempt.unknown_since or now_ms)
+            if status is S.SUBMIT_UNKNOWN and unknown_for >= settings.unknown_give_up_s * 1000:
+                return await self._give_up(conn, task, attempt.id, now_ms)
             command, result, wait_s = self._command_for(status, task, attempt, settings)
             await hub.outbox.add(conn, [command])
             await conn.execute(
@@ -114,6 +120,38 @@ class DeadlineScanner:
                 .values(deadline_at=now_ms + int(wait_s * 1000))
             )
             return result
+
+    async def _give_up(
+        self, conn: AsyncConnection, task: dict[str, Any], attempt_id: str, now_ms: int
+    ) -> str:
+        """SUBMIT_UNKNOWN past ``unknown_give_up_s`` (no lookup could tell): fail the task,
+        release its hold and slots, and wake the scheduler."""
+        try:
+            notes = await lifecycle.move(
+                conn,
+                task,
+                S.FAILED,
+                cause="scanner.unknown_give_up",
+                now_ms=now_ms,
+                values={"failure_class": "provider", "failure_code": "submit_unknown"},
+            )
+        except StaleTransition:
+            return "skipped"
+        await conn.execute(
+            sa.update(task_attempts).where(task_attempts.c.id == attempt_id).values(status="FAILED")
+        )
+        await release_slots(conn, generation_of(self.hub), attempt_id)
+        freed = events.SlotFreed(tenant_id=task["tenant_id"]).model_dump()
+        wake = Envelope.new(
+            events.SLOT_FREED,
+            freed,
+            key=f"slots:{task['tenant_id']}",
+            source="generation.scanner",
+            tenant_id=task["tenant_id"],
+            correlation_id=task["id"],
+        )
+        await self.hub.outbox.add(conn, [*notes, wake])
+        return "failed_submit_unknown"
 
     @staticmethod
     def _command_for(

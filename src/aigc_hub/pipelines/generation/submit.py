@@ -9,7 +9,8 @@ No provider call happens inside a database transaction.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -188,7 +189,7 @@ async def cancel_at_provider(
             )
         ).first()
     if job is None:
-        return []  # not submitted yet: the submitter sees CANCEL_REQUESTED and stops there
+        return await _cancel_unrecorded(hub, gen, env, task)
     adapter = gen.providers.get(job.provider)
     try:
         result = await adapter.cancel(job.provider_job_id)
@@ -201,6 +202,39 @@ async def cancel_at_provider(
             task_id=c.task_id,
             attempt_id=job.attempt_id,
             provider=job.provider,
+            source="cancel",
+        )
+    ]
+
+
+async def _cancel_unrecorded(
+    hub: Hub, gen: Generation, env: Envelope, task: Mapping[str, Any]
+) -> list[Envelope]:
+    """Cancel an attempt whose job is not recorded. A submit not yet made, or still in flight,
+    sees CANCEL_REQUESTED itself; one that timed out (SUBMIT_UNKNOWN) never answers again, so
+    ask by the request key: NOT_FOUND ends the task CANCELED, a found job is asked to stop."""
+    async with reader(hub.engine) as conn:
+        attempt = (
+            await conn.execute(
+                sa.select(task_attempts).where(task_attempts.c.id == task["current_attempt_id"])
+            )
+        ).first()
+    if attempt is None or attempt.status != TaskStatus.SUBMIT_UNKNOWN.value:
+        return []
+    adapter = gen.providers.get(attempt.provider)
+    try:
+        result = await adapter.query(provider_job_id=None, request_key=attempt.provider_request_key)
+        if result.provider_job_id is not None and not result.normalized_status.terminal:
+            result = await adapter.cancel(result.provider_job_id)
+    except ProviderError as exc:
+        raise Retry(exc.retry_after_s or 5.0) from exc
+    return [
+        observed(
+            env,
+            result,
+            task_id=str(task["id"]),
+            attempt_id=attempt.id,
+            provider=attempt.provider,
             source="cancel",
         )
     ]

@@ -7,14 +7,16 @@ an embedding program with :func:`install`. Stored in ``hub.extensions`` and clos
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import SecretStr
 
 from aigc_hub.pipelines.generation.adapters.base import ProviderAdapter
 from aigc_hub.pipelines.generation.config import GenerationSettings
+from aigc_hub.pipelines.generation.probe import VideoInfo, probe_video
 from aigc_hub.pipelines.generation.providers import Providers
 from aigc_hub.pipelines.generation.slots import Slots
 
@@ -22,6 +24,9 @@ if TYPE_CHECKING:
     from aigc_hub.bootstrap import Hub
 
 NAME = "generation"
+
+#: Reads a fetched output file: its VideoInfo, or InvalidMedia when it is no readable video.
+VideoProbe = Callable[[Path], Awaitable[VideoInfo]]
 
 
 @dataclass
@@ -31,6 +36,8 @@ class Generation:
     settings: GenerationSettings
     providers: Providers
     slots: Slots
+    #: How fetched outputs are checked (ffprobe; tests without FFmpeg pass a fake).
+    probe: VideoProbe = probe_video
     #: Serializes scheduling passes within a process (across processes guarded updates do).
     schedule_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     rerun: bool = False
@@ -120,8 +127,9 @@ def build(
     hub: Hub,
     settings: GenerationSettings | None = None,
     adapters: Sequence[ProviderAdapter] | None = None,
+    probe: VideoProbe = probe_video,
 ) -> Generation:
-    """A Generation for ``hub`` (not installed)."""
+    """A Generation for ``hub`` (not installed); ``probe`` checks fetched outputs."""
     settings = settings or GenerationSettings()
     return Generation(
         settings=settings,
@@ -134,6 +142,7 @@ def build(
             model=settings.slots_model,
             ttl_ms=int(settings.slot_ttl_s * 1000),
         ),
+        probe=probe,
     )
 
 
