@@ -19,6 +19,9 @@ from tests.support.fake_generation import WEBHOOK_SECRET, FakeGeneration, fake_g
 
 _ids = itertools.count(1)
 
+#: Webhooks are JSON; the gateway refuses other content types (415).
+JSON = {"content-type": "application/json"}
+
 
 class Gateway:
     """Posts signed webhooks of the fake provider to the hub's callback route."""
@@ -31,7 +34,7 @@ class Gateway:
         body = body if body is not None else self.g.provider.callback_body(job)
         msg_id = msg_id or f"msg_{next(_ids)}"
         ts = self.g.clock.now_ms() // 1000
-        headers = webhooks.sign_headers(WEBHOOK_SECRET, msg_id, ts, body)
+        headers = {**webhooks.sign_headers(WEBHOOK_SECRET, msg_id, ts, body), **JSON}
         response = await self.http.post(
             f"/v1/callbacks/{self.g.provider.name}", content=body, headers=headers
         )
@@ -108,9 +111,8 @@ async def test_a_callback_that_is_no_job_update_is_refused_with_a_problem(
     gateway: Gateway,
 ) -> None:
     body = b'{"hello": "world"}'
-    headers = webhooks.sign_headers(
-        WEBHOOK_SECRET, "msg_bad", gateway.g.clock.now_ms() // 1000, body
-    )
+    ts = gateway.g.clock.now_ms() // 1000
+    headers = {**webhooks.sign_headers(WEBHOOK_SECRET, "msg_bad", ts, body), **JSON}
     response = await gateway.http.post("/v1/callbacks/local", content=body, headers=headers)
     assert response.status_code == 422
     assert response.headers["content-type"].startswith("application/problem+json")

@@ -27,6 +27,7 @@ from aigc_hub.pipelines.generation import services, wiring
 from aigc_hub.pipelines.generation.config import GenerationSettings
 from aigc_hub.pipelines.generation.models import generation_tasks, task_events
 from aigc_hub.pipelines.generation.pipeline import pipeline as generation
+from aigc_hub.pipelines.generation.providers import CircuitBreaker
 from aigc_hub.reliability.notifications import pipeline as notifications
 from aigc_hub.store import engine as store_engine
 from aigc_hub.store.engine import reader
@@ -66,6 +67,13 @@ class FakeGeneration:
     def settings(self) -> GenerationSettings:
         """The pipeline's settings in this hub."""
         return wiring.generation_of(self.hub).settings
+
+    def close_breakers(self) -> None:
+        """Close every provider's circuit, as on a fresh hub (scenarios sharing one hub would
+        otherwise inherit the breaker that earlier failing submits opened)."""
+        providers = wiring.generation_of(self.hub).providers
+        for name in providers.breakers:
+            providers.breakers[name] = CircuitBreaker()
 
     async def held_slots(self) -> int:
         """How many platform slot permits are held now (each active attempt holds one)."""

@@ -52,9 +52,13 @@ TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
     S.SUBMITTED: frozenset({S.RUNNING, S.OUTPUT_FETCHING, S.FAILED, S.CANCEL_REQUESTED}),
     S.RUNNING: frozenset({S.OUTPUT_FETCHING, S.FAILED, S.CANCEL_REQUESTED}),
     S.OUTPUT_FETCHING: frozenset({S.POST_PROCESSING, S.FAILED}),
-    S.POST_PROCESSING: frozenset({S.SUCCEEDED, S.FAILED}),
-    # The provider's answer decides: it finished anyway (success wins) or it stopped.
-    S.CANCEL_REQUESTED: frozenset({S.CANCELED, S.OUTPUT_FETCHING, S.FAILED}),
+    # No post-processing step can fail yet: the fetch that enters POST_PROCESSING leaves it
+    # in the same transaction. The media plane adds POST_PROCESSING -> FAILED with its worker.
+    S.POST_PROCESSING: frozenset({S.SUCCEEDED}),
+    # The provider's answer decides: it finished anyway (success wins) or it stopped; a job
+    # that failed after the tenant asked to stop ends CANCELED too (seed §3.7.2: "by business
+    # rule deemed canceled"), so no cancel ends FAILED.
+    S.CANCEL_REQUESTED: frozenset({S.CANCELED, S.OUTPUT_FETCHING}),
     S.SUCCEEDED: frozenset(),
     S.FAILED: frozenset(),
     S.CANCELED: frozenset(),
