@@ -244,7 +244,7 @@ def hub_env(backend: Backends, workdir: Path, provider_port: int, api_port: int)
         {
             "AIGC_HUB_DATA_DIR": str(workdir),
             "AIGC_HUB_DATABASE_URL": backend.database_url,
-            "AIGC_HUB_BUILTIN_PIPELINES": "generation",
+            "AIGC_HUB_PIPELINES": "generation",
             "AIGC_HUB_LOG_LEVEL": "WARNING",
             "AIGC_HUB_GEN_PROVIDERS": "local",
             "AIGC_HUB_GEN_LOCAL_PROVIDER_URL": f"http://127.0.0.1:{provider_port}",

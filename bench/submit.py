@@ -198,7 +198,7 @@ def main(args: argparse.Namespace) -> None:
             {
                 "AIGC_HUB_DATA_DIR": str(workdir),
                 "AIGC_HUB_DATABASE_URL": url,
-                "AIGC_HUB_BUILTIN_PIPELINES": "generation",
+                "AIGC_HUB_PIPELINES": "generation",
                 "AIGC_HUB_LOG_LEVEL": "WARNING",
                 "AIGC_HUB_GEN_RUN_LOCAL_PROVIDER": "false",
             }

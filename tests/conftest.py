@@ -25,8 +25,8 @@ PG_URL = os.environ.get("AIGC_HUB_TEST_PG_URL", "postgresql://postgres@127.0.0.1
 TEMPLATE_DB = f"aigc_hub_test_template_{os.getpid()}"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # Tests (and the processes they start) load only the pipelines they name; a test that wants
-# the product's built-in pipelines sets AIGC_HUB_BUILTIN_PIPELINES itself.
-os.environ["AIGC_HUB_BUILTIN_PIPELINES"] = ""
+# an installed pipeline sets AIGC_HUB_PIPELINES itself (e.g. "generation").
+os.environ["AIGC_HUB_PIPELINES"] = ""
 
 
 def service_missing(what: str, hint: str) -> None:

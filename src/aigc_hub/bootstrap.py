@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from aigc_hub import plugins
 from aigc_hub.blobs.base import BlobStore
 from aigc_hub.cache.base import Cache
 from aigc_hub.cache.leadership import CacheLeaderLeases
@@ -51,23 +51,6 @@ log = logging.getLogger(__name__)
 
 #: How long a stopping hub waits for its parts before giving up on them (they are logged).
 SHUTDOWN_GRACE_S = 30.0
-
-
-def load_pipelines(paths: Sequence[str]) -> list[Pipeline]:
-    """Import each ``module:attribute`` and return the Pipeline objects."""
-    out: list[Pipeline] = []
-    for path in paths:
-        module_name, _, attr = path.partition(":")
-        if not module_name or not attr:
-            raise ConfigurationError(f"pipeline {path!r} is not 'module:attribute'")
-        try:
-            obj = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigurationError(f"cannot load pipeline {path!r}: {exc}") from None
-        if not isinstance(obj, Pipeline):
-            raise ConfigurationError(f"{path!r} is a {type(obj).__name__}, not a Pipeline")
-        out.append(obj)
-    return out
 
 
 class Hub:
@@ -182,7 +165,7 @@ class Hub:
         broker = make_broker(settings)
         cache = make_cache(settings)
         blobs = make_blobs(settings)
-        loaded = [*pipelines, *load_pipelines(settings.pipeline_paths())]
+        loaded = [*pipelines, *plugins.load(settings.pipelines)]
         return cls(
             engine=engine,
             broker=broker,

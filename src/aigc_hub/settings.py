@@ -8,15 +8,9 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from aigc_hub.core.errors import ConfigurationError
-
 if TYPE_CHECKING:
     from aigc_hub.interfaces.http.limits import Limits
 from aigc_hub.reliability.notification_feed import FeedSettings
-
-#: The pipelines shipped in the package, by name (``builtin_pipelines``).
-BUILTIN_PIPELINES = {"generation": "aigc_hub.pipelines.generation.pipeline:pipeline"}
-
 
 #: The shortest console secret accepted, in characters (a short one is guessable offline).
 MIN_CONSOLE_SECRET = 32
@@ -81,12 +75,10 @@ class Settings(BaseSettings):
     log_json: bool = Field(True, description="JSON log lines (structlog); false = plain text")
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
     log_path: Path | None = Field(None, description="embedded log file; default <data_dir>/log.db")
-    builtin_pipelines: str = Field(
-        "generation",
-        description="built-in pipelines to run (generation), comma separated; empty for none",
-    )
-    pipelines: str = Field(
-        "", description="extra pipelines to load: 'module:attribute', comma separated"
+    pipelines: str | None = Field(
+        None,
+        description="pipelines to run: installed names or 'module:attribute', comma separated; "
+        "unset = every installed pipeline, empty = none",
     )
     concurrency: int = Field(4, ge=1, le=256, description="default records in flight per group")
     commit_batch: int = Field(256, ge=1, le=10_000, description="max events per group commit")
@@ -145,18 +137,6 @@ class Settings(BaseSettings):
             rate_per_s=self.api_rate_per_s,
             burst=self.api_burst,
         )
-
-    def pipeline_paths(self) -> list[str]:
-        """The built-in pipelines' ``module:attribute`` paths, then the ``pipelines`` entries."""
-        builtin = [p.strip() for p in self.builtin_pipelines.split(",") if p.strip()]
-        unknown = [name for name in builtin if name not in BUILTIN_PIPELINES]
-        if unknown:
-            raise ConfigurationError(
-                f"AIGC_HUB_BUILTIN_PIPELINES: unknown built-in pipelines {unknown}; "
-                f"known: {sorted(BUILTIN_PIPELINES)}"
-            )
-        extra = [p.strip() for p in self.pipelines.split(",") if p.strip()]
-        return [BUILTIN_PIPELINES[name] for name in builtin] + extra
 
     def resolved_log_path(self) -> Path:
         """The embedded log's file."""

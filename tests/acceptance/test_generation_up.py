@@ -70,7 +70,7 @@ def hub_up(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
     env = {
         **os.environ,
         **_profile_env(request, tmp_path),
-        "AIGC_HUB_BUILTIN_PIPELINES": "generation",
+        "AIGC_HUB_PIPELINES": "generation",
         "AIGC_HUB_API_PORT": str(api_port),
         "AIGC_HUB_GEN_LOCAL_PROVIDER_URL": f"http://127.0.0.1:{provider_port}",
         "AIGC_HUB_GEN_POLL_FIRST_S": "1",

@@ -78,7 +78,7 @@ def test_up_serves_a_ready_api_and_stops_cleanly(tmp_path: Path) -> None:
 def test_up_says_in_one_line_at_start_that_a_media_tool_is_missing(tmp_path: Path) -> None:
     with _up(
         tmp_path,
-        AIGC_HUB_BUILTIN_PIPELINES="generation",
+        AIGC_HUB_PIPELINES="generation",
         AIGC_HUB_GEN_LOCAL_PROVIDER_URL=f"http://127.0.0.1:{_free_port()}",
         AIGC_HUB_FFPROBE=str(tmp_path / "no-ffprobe-here"),
     ) as up:
@@ -96,7 +96,7 @@ def test_up_with_a_garbage_webhook_secret_stops_with_one_line_naming_the_setting
         **os.environ,
         "AIGC_HUB_API_PORT": str(_free_port()),
         "AIGC_HUB_LOG_LEVEL": "WARNING",
-        "AIGC_HUB_BUILTIN_PIPELINES": "generation",
+        "AIGC_HUB_PIPELINES": "generation",
         "AIGC_HUB_GEN_LOCAL_WEBHOOK_SECRETS": "whsec_not base64!",
         "PYTHONPATH": str(ROOT),
     }

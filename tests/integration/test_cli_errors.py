@@ -38,7 +38,7 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env.update(
         {
             "AIGC_HUB_DATA_DIR": str(tmp_path / "var"),
-            "AIGC_HUB_BUILTIN_PIPELINES": "generation",
+            "AIGC_HUB_PIPELINES": "generation",
             "AIGC_HUB_LOG_LEVEL": "WARNING",
             "PYTHONPATH": str(ROOT),
             "NO_COLOR": "1",
@@ -263,7 +263,7 @@ def test_up_listens_on_the_host_and_port_options(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "aigc_hub", "up", "--host", "127.0.0.1", "--port", str(port)],
         cwd=tmp_path,
-        env=_env(tmp_path, AIGC_HUB_BUILTIN_PIPELINES=""),
+        env=_env(tmp_path, AIGC_HUB_PIPELINES=""),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

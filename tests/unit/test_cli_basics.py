@@ -61,7 +61,7 @@ not_a_pipeline = "just a string"
 
 @pytest.fixture
 def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
-    monkeypatch.delenv(common.PIPELINES_ENV, raising=False)
+    monkeypatch.setenv(common.PIPELINES_ENV, "")  # none but what a test names
     return CliRunner()
 
 
@@ -229,7 +229,8 @@ def test_schemas_export_into_a_file_is_a_usage_error(runner: CliRunner, tmp_path
 @pytest.mark.parametrize(
     ("value", "fragment"),
     [
-        ("no_colon_here", "expected 'module:attribute'"),
+        ("no_such_installed_name", "no installed pipeline has this name (installed: "),
+        (":pipeline", "expected 'module:attribute'"),
         ("aigc_hub_no_such_module_xyz:pipeline", "cannot import 'aigc_hub_no_such_module_xyz'"),
         (f"{HERE}:missing_pipeline", "has no attribute 'missing_pipeline'"),
         (f"{HERE}:not_a_pipeline", "'not_a_pipeline' is a str, not an aigc_hub Pipeline"),
@@ -255,8 +256,11 @@ def test_installed_pipelines_reads_the_environment(monkeypatch: pytest.MonkeyPat
     assert common.installed_pipelines(f"{HERE}:compatible_pipeline,{HERE}:compatible_pipeline") == [
         compatible_pipeline
     ]
-    monkeypatch.delenv(common.PIPELINES_ENV)
+    monkeypatch.setenv(common.PIPELINES_ENV, "")
     assert common.installed_pipelines() == []
+    monkeypatch.delenv(common.PIPELINES_ENV)  # unset: every installed pipeline
+    assert [p.name for p in common.installed_pipelines()] == ["generation"]
+    assert common.installed_pipelines("generation") == common.installed_pipelines()
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import importlib
 import os
 import sys
 from collections.abc import Coroutine, Iterator
@@ -23,13 +22,14 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 
+from aigc_hub import plugins
 from aigc_hub.core import errors
 from aigc_hub.pipeline import Pipeline
 
 T = TypeVar("T")
 
-#: Comma-separated ``module:attribute`` references to the installed :class:`Pipeline` objects.
-PIPELINES_ENV = "AIGC_HUB_PIPELINES"
+#: Selects the pipelines to run (installed names or ``module:attribute``; see aigc_hub.plugins).
+PIPELINES_ENV = plugins.SETTING
 
 
 class ExitCode(enum.IntEnum):
@@ -174,45 +174,9 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 
 
 def installed_pipelines(value: str | None = None) -> list[Pipeline]:
-    """The pipelines the hub would run: the built-in ones (``AIGC_HUB_BUILTIN_PIPELINES``),
-    then those named by ``value`` (default: ``$AIGC_HUB_PIPELINES``), in order.
-
-    Each comma-separated entry is ``module:attribute`` naming a Pipeline; empty or unset
-    means none. Raises ConfigurationError naming the first bad entry.
-    """
+    """The pipelines the hub would run: those ``value`` selects, default ``$AIGC_HUB_PIPELINES``
+    (unset: every installed one; see :mod:`aigc_hub.plugins`). ConfigurationError names the
+    first bad entry."""
     from aigc_hub.settings import Settings
 
-    settings = Settings() if value is None else Settings(pipelines=value)
-    pipelines: list[Pipeline] = []
-    for entry in settings.pipeline_paths():
-        pipeline = _load_pipeline(entry)
-        same_name = [p for p in pipelines if p.name == pipeline.name]
-        if same_name and same_name[0] is not pipeline:
-            raise errors.ConfigurationError(
-                f"{PIPELINES_ENV} entry {entry!r}: another pipeline is already named "
-                f"{pipeline.name!r}"
-            )
-        if not same_name:
-            pipelines.append(pipeline)
-    return pipelines
-
-
-def _load_pipeline(entry: str) -> Pipeline:
-    def bad(problem: str) -> errors.ConfigurationError:
-        return errors.ConfigurationError(f"{PIPELINES_ENV} entry {entry!r}: {problem}")
-
-    module_name, sep, attribute = entry.partition(":")
-    if not sep or not module_name or not attribute:
-        raise bad("expected 'module:attribute', e.g. 'aigc_hub.pipelines.avcc:pipeline'")
-    try:
-        target: object = importlib.import_module(module_name)
-    except Exception as exc:
-        raise bad(f"cannot import {module_name!r}: {type(exc).__name__}: {describe(exc)}") from None
-    for part in attribute.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            raise bad(f"module {module_name!r} has no attribute {attribute!r}") from None
-    if not isinstance(target, Pipeline):
-        raise bad(f"{attribute!r} is a {type(target).__name__}, not an aigc_hub Pipeline")
-    return target
+    return plugins.load(Settings().pipelines if value is None else value)

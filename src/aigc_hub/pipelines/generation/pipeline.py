@@ -1,7 +1,8 @@
 """``Pipeline("generation")``: topics, events, consumer groups, routes, scanners, timeline.
 
-Load it with ``AIGC_HUB_PIPELINES=aigc_hub.pipelines.generation.pipeline:pipeline`` (``aigc-hub
-up`` loads it by default). Consumer groups, each its own concurrency pool (seed 004 §3.2.9):
+Installed as the entry point ``generation`` (group ``aigc_hub.pipelines``), so every hub
+process runs it unless ``AIGC_HUB_PIPELINES`` selects others. Consumer groups, each its own
+concurrency pool (seed 004 §3.2.9):
 
 * ``generation-scheduler`` — wake-ups on ``generation.dispatch`` → a scheduling pass;
 * ``generation-submitter`` — submit and cancel calls to providers;
