@@ -11,6 +11,8 @@ from pathlib import Path
 
 from tests.support import layering
 
+from aigc_hub.interfaces.http import kit
+
 SRC = Path(__file__).resolve().parents[2] / "src" / "aigc_hub"
 
 #: A small package in which each module below the first few breaks one rule (or obeys it).
@@ -123,3 +125,12 @@ def test_every_listed_layer_member_exists_in_src() -> None:
         assert (SRC / name).is_dir() or (SRC / f"{name}.py").is_file(), name
     kit = SRC.joinpath(*layering.HTTP_KIT.split(".")[1:]).with_suffix(".py")
     assert kit.is_file(), kit
+
+
+def test_pipelines_doc_names_every_layer_member_and_every_kit_name() -> None:
+    text = (SRC.parents[1] / "docs" / "pipelines.md").read_text(encoding="utf-8")
+    for name in layering.BACKBONE | layering.INTERFACES:
+        assert f"`{name}" in text, name
+    assert f"`{layering.HTTP_KIT}`" in text
+    for name in kit.__all__:
+        assert f"`{name}" in text, name
