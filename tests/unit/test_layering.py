@@ -6,12 +6,13 @@ The layers are listed once, in :mod:`tests.support.layering`.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 from tests.support import layering
-
-from aigc_hub.interfaces.http import kit
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "aigc_hub"
 
@@ -128,9 +129,32 @@ def test_every_listed_layer_member_exists_in_src() -> None:
 
 
 def test_pipelines_doc_names_every_layer_member_and_every_kit_name() -> None:
+    from aigc_hub.interfaces.http import kit
+
     text = (SRC.parents[1] / "docs" / "pipelines.md").read_text(encoding="utf-8")
     for name in layering.BACKBONE | layering.INTERFACES:
         assert f"`{name}" in text, name
     assert f"`{layering.HTTP_KIT}`" in text
     for name in kit.__all__:
         assert f"`{name}" in text, name
+
+
+def test_settings_build_the_api_limits_without_loading_the_http_layer() -> None:
+    # A fresh interpreter: this process has long imported the HTTP layer for other tests.
+    probe = (
+        "import sys; from aigc_hub.settings import Settings; "
+        "limits = Settings().api_limits(); "
+        "print(limits.max_body_bytes, sorted(m for m in sys.modules if "
+        "m.startswith('aigc_hub.interfaces')))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIGC_HUB_")}
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split(" ", 1) == [str(1 << 20), "[]\n"]
