@@ -16,9 +16,10 @@ client     ``aigc_hub.client`` (the Python SDK)        only itself: it ships apa
 
 Every import statement counts, wherever it stands (inside functions, under
 ``TYPE_CHECKING``, relative ones resolved), and a module in no layer is itself a breach, so
-a new top-level package must be placed here first. Loading by name at run time (entry
-points, ``module:attribute`` settings) is not an import statement and is how the backbone
-finds pipelines. ``docs/pipelines.md`` ("Layers") says the same in prose.
+a new top-level package must be placed here first. Loading by name at run time
+(``module:attribute`` settings, entry points, the migrations' walk of ``pipelines/``) is not
+an import statement: it is how the backbone finds pipelines. ``docs/pipelines.md``
+("Layers") says the same in prose.
 """
 
 from __future__ import annotations
@@ -167,7 +168,8 @@ def imported_modules(
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                parts = package.split(".")  # level 1 is the package itself, 2 its parent…
+                anchor = parts[: len(parts) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
             for alias in node.names:
                 candidate = f"{base}.{alias.name}"
