@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-if TYPE_CHECKING:
-    from aigc_hub.interfaces.http.limits import Limits
 from aigc_hub.reliability.notification_feed import FeedSettings
 
 #: The shortest console secret accepted, in characters (a short one is guessable offline).
 MIN_CONSOLE_SECRET = 32
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The HTTP API's limits, one value per app (``app.state.limits``).
+
+    A plain value kept here, in the backbone, so settings can build it without importing
+    the HTTP layer; ``interfaces/http/limits.py`` enforces it.
+    """
+
+    max_body_bytes: int = 1 << 20
+    max_json_depth: int = 32
+    rate_per_s: float = 20.0
+    burst: float = 40.0
 
 
 class Settings(BaseSettings):
@@ -130,8 +143,6 @@ class Settings(BaseSettings):
 
     def api_limits(self) -> Limits:
         """The HTTP API's limits as these settings give them."""
-        from aigc_hub.interfaces.http.limits import Limits
-
         return Limits(
             max_body_bytes=self.api_max_body_bytes,
             rate_per_s=self.api_rate_per_s,

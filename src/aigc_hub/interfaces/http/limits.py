@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -23,17 +22,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from aigc_hub.interfaces.http import auth, problems
 from aigc_hub.interfaces.http.problems import Problem
+
+# Limits is a backbone value (settings build it); re-exported for the app and its callers.
+from aigc_hub.settings import Limits as Limits
 from aigc_hub.tenancy import Principal
-
-
-@dataclass(frozen=True)
-class Limits:
-    """The API's limits; one value per app (``app.state.limits``)."""
-
-    max_body_bytes: int = 1 << 20
-    max_json_depth: int = 32
-    rate_per_s: float = 20.0
-    burst: float = 40.0
 
 
 def too_large(limit: int) -> Problem:

@@ -16,8 +16,8 @@ import sqlalchemy as sa
 from fastapi import APIRouter, Request
 
 from aigc_hub.core.envelope import Envelope
-from aigc_hub.interfaces.http import auth
-from aigc_hub.interfaces.http.problems import Problem
+from aigc_hub.interfaces.http import kit
+from aigc_hub.interfaces.http.kit import Problem
 from aigc_hub.pipelines.generation import events, webhooks
 from aigc_hub.pipelines.generation.models import callback_events, provider_jobs
 from aigc_hub.pipelines.generation.wiring import generation_of
@@ -67,11 +67,11 @@ def _require_json(request: Request) -> None:
     },
 )
 async def receive(provider: str, request: Request) -> dict[str, Any]:
-    hub = auth.hub_of(request)
+    hub = kit.hub_of(request)
     gen = generation_of(hub)
     secrets = gen.settings.webhook_secrets(provider)
     if provider not in gen.providers.adapters:
-        raise auth.not_found("provider")
+        raise kit.not_found("provider")
     _require_json(request)
     body = await request.body()
     if len(body) > MAX_BODY:

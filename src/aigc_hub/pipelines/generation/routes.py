@@ -6,9 +6,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from aigc_hub.interfaces.http import auth, limits
-from aigc_hub.interfaces.http.idempotency import Idempotency, IdempotentRoute
-from aigc_hub.interfaces.http.problems import Problem
+from aigc_hub.interfaces.http import kit
+from aigc_hub.interfaces.http.kit import Idempotency, IdempotentRoute, Problem
 from aigc_hub.pipelines.generation import ledger, services
 from aigc_hub.pipelines.generation.states import TaskStatus
 
@@ -26,7 +25,7 @@ _TASK_ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def _not_found() -> Problem:
-    return auth.not_found("task")
+    return kit.not_found("task")
 
 
 @router.post(
@@ -36,7 +35,7 @@ def _not_found() -> Problem:
     summary="Create a generation task",
     description="Validates, estimates the cost, reserves credits and queues the task in one "
     "transaction; answers the task snapshot (status QUEUED). Requires Idempotency-Key.",
-    dependencies=[Depends(limits.admit("generation"))],
+    dependencies=[Depends(kit.admit("generation"))],
     responses={
         400: {"description": "Idempotency-Key missing or invalid"},
         401: {"description": "missing or unknown API key"},
@@ -50,13 +49,13 @@ async def create_task(
     body: services.CreateTask,
     request: Request,
     response: Response,
-    who: limits.LimitedTenant,
+    who: kit.LimitedTenant,
     idem: Idempotency,
 ) -> dict[str, Any]:
     assert who.tenant_id is not None
     try:
         task = await services.create_task(
-            auth.hub_of(request),
+            kit.hub_of(request),
             tenant_id=who.tenant_id,
             body=body,
             idempotency_key=idem.key,
@@ -86,11 +85,11 @@ async def create_task(
     summary="Read a task's snapshot",
     responses=_TASK_ERRORS,
 )
-async def get_task(task_id: str, request: Request, who: limits.LimitedTenant) -> dict[str, Any]:
+async def get_task(task_id: str, request: Request, who: kit.LimitedTenant) -> dict[str, Any]:
     assert who.tenant_id is not None
     try:
         return await services.get_task(
-            auth.hub_of(request), tenant_id=who.tenant_id, task_id=task_id
+            kit.hub_of(request), tenant_id=who.tenant_id, task_id=task_id
         )
     except services.TaskNotFound:
         raise _not_found() from None
@@ -104,7 +103,7 @@ async def get_task(task_id: str, request: Request, who: limits.LimitedTenant) ->
 )
 async def list_tasks(
     request: Request,
-    who: limits.LimitedTenant,
+    who: kit.LimitedTenant,
     status: Annotated[TaskStatus | None, Query(description="only tasks in this status")] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
@@ -112,7 +111,7 @@ async def list_tasks(
     assert who.tenant_id is not None
     try:
         items, next_cursor = await services.list_tasks(
-            auth.hub_of(request),
+            kit.hub_of(request),
             tenant_id=who.tenant_id,
             status=status.value if status else None,
             limit=limit,
@@ -132,11 +131,11 @@ async def list_tasks(
     "CANCEL_REQUESTED until the provider confirms (it may still succeed). Repeatable.",
     responses={**_TASK_ERRORS, 409: {"description": "the task already finished"}},
 )
-async def cancel_task(task_id: str, request: Request, who: limits.LimitedTenant) -> dict[str, Any]:
+async def cancel_task(task_id: str, request: Request, who: kit.LimitedTenant) -> dict[str, Any]:
     assert who.tenant_id is not None
     try:
         return await services.cancel_task(
-            auth.hub_of(request), tenant_id=who.tenant_id, task_id=task_id
+            kit.hub_of(request), tenant_id=who.tenant_id, task_id=task_id
         )
     except services.TaskNotFound:
         raise _not_found() from None
@@ -145,7 +144,7 @@ async def cancel_task(task_id: str, request: Request, who: limits.LimitedTenant)
 
 
 @credits_router.get("", summary="The tenant's credits", responses=_COMMON)
-async def get_credits(request: Request, who: limits.LimitedTenant) -> services.CreditBalance:
+async def get_credits(request: Request, who: kit.LimitedTenant) -> services.CreditBalance:
     assert who.tenant_id is not None
-    found = await services.credit_balance(auth.hub_of(request), who.tenant_id)
+    found = await services.credit_balance(kit.hub_of(request), who.tenant_id)
     return services.CreditBalance(available=found.available, reserved=found.reserved)
