@@ -48,6 +48,7 @@ BACKBONE = frozenset(
         "settings",
         "bootstrap",
         "pipeline",
+        "plugins",
         "tenancy",
     }
 )
