@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.outcomes import HandlingOutcome
 from aigc_hub.messaging.catalog import TopicSpec
+from aigc_hub.observability import metrics
 from aigc_hub.pipeline import Pipeline
 from aigc_hub.runtime.context import HandlerContext
 from aigc_hub.store import tables
@@ -45,9 +46,14 @@ async def _codes(hub_engine: sa.ext.asyncio.AsyncEngine) -> dict[str, str | None
         return {r.event_id: r.result_code for r in rows}
 
 
+def _consumed(outcome: HandlingOutcome) -> float:
+    return float(metrics.CONSUMED.labels(GROUP, fx.TOPIC, outcome)._value.get())
+
+
 async def test_inbox_rows_store_applied_or_no_op_and_a_duplicate_keeps_the_first_code(
     db_url: str, tmp_path: Path
 ) -> None:
+    before = {o: _consumed(o) for o in HandlingOutcome}
     inner = make_broker("embedded", tmp_path)
     broker = DoublePublisher(inner)  # every event is delivered twice
     async with hub_for(db_url, broker, [_pipeline()]) as hub:  # type: ignore[arg-type]
@@ -72,3 +78,8 @@ async def test_inbox_rows_store_applied_or_no_op_and_a_duplicate_keeps_the_first
         for n, e in enumerate(events)
     }
     assert effects == [0, 2, 4]
+    # The metric counts the same outcomes by the same names; each second copy is a duplicate.
+    # (at least once: the relay may send a row more than twice, never fewer)
+    counted = {o: _consumed(o) - before[o] for o in HandlingOutcome if _consumed(o) > before[o]}
+    assert counted.pop(HandlingOutcome.DUPLICATE) >= 6
+    assert counted == {HandlingOutcome.APPLIED: 3, HandlingOutcome.NO_OP: 3}
