@@ -13,7 +13,7 @@ from aigc_hub.core.envelope import Envelope
 from aigc_hub.reliability import inbox
 from aigc_hub.reliability.outbox import EventRoutes, OutboxWriter
 from aigc_hub.runtime.committer import CommitStatus, Committer, Outcome
-from aigc_hub.runtime.context import RowInsert
+from aigc_hub.runtime.context import RowInsert, checkpoint
 from aigc_hub.store import tables
 from tests.support import effects as fx
 
@@ -131,3 +131,22 @@ async def test_emitted_envelopes_land_in_the_outbox_with_their_topic(db: AsyncEn
         row = (await conn.execute(sa.select(tables.outbox))).one()
     assert (row.topic, row.key, row.event_id) == (fx.TOPIC, "p", child.event_id)
     assert Envelope.from_bytes(row.value).causation_id == parent.event_id
+
+
+async def test_a_checkpoint_commits_before_it_returns_and_must_say_why(db: AsyncEngine) -> None:
+    await fx.create_tables(db)
+    woken: list[str] = []
+
+    async def record(conn: AsyncConnection) -> int:
+        await conn.execute(fx.facts.insert().values(key="intent", n=1))
+        return 7
+
+    result = await checkpoint(
+        db, "before the outside call", record, committed=lambda: woken.append("relay")
+    )
+    # Visible to another connection at once: committed, not staged.
+    async with db.connect() as conn:
+        keys = (await conn.execute(sa.select(fx.facts.c.key))).scalars().all()
+    assert (result, keys, woken) == (7, ["intent"], ["relay"])
+    with pytest.raises(ValueError, match="must say why"):
+        await checkpoint(db, "  ", record)

@@ -14,7 +14,7 @@ from aigc_hub.messaging import headers as h
 from aigc_hub.messaging.base import OutgoingMessage
 from aigc_hub.messaging.catalog import DLQ_TOPIC
 from aigc_hub.reliability import audit
-from aigc_hub.reliability.dlq import DeadLetterFilter
+from aigc_hub.reliability.dlq import DeadLetterFilter, DeadLetterStatus
 from tests.support import effects as fx
 from tests.support.hubs import hub_for, make_broker, wait_until
 
@@ -119,7 +119,7 @@ async def test_always_failing_handler_goes_through_every_attempt_then_replays_on
         await run
         doomed = [r for r in await fx.effect_rows(hub.engine) if r[2] == "doomed"]
         assert len(doomed) == 1 and doomed[0][1] == letter.event_id
-        assert (await hub.dlq.get(letter.id)).status == "replayed"
+        assert (await hub.dlq.get(letter.id)).status is DeadLetterStatus.REPLAYED
         [entry] = await audit.recent(hub.engine, action="dlq.replay")
         assert entry.actor == "operator@test" and entry.result == "ok"
         with pytest.raises(Exception, match="replayed"):

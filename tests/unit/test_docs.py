@@ -37,3 +37,13 @@ def test_cli_doc_names_every_command() -> None:
     groups = [g.name for g in app.registered_groups]
     for name in [*commands, *groups]:
         assert f"aigc-hub {name}" in text, name
+
+
+def test_metrics_doc_names_every_handling_outcome() -> None:
+    from aigc_hub.core.outcomes import HandlingOutcome
+
+    line = next(
+        ln for ln in (DOCS / "metrics.md").read_text().splitlines() if "consumed_records" in ln
+    )
+    for outcome in HandlingOutcome:
+        assert f"`{outcome.value}`" in line, outcome

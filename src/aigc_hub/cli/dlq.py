@@ -18,7 +18,9 @@ from aigc_hub.reliability.dlq import (
     DeadLetterFilter,
     DeadLetterNotFound,
     DeadLetterNotReplayable,
+    DeadLetterStatus,
     DeadLetterStore,
+    status_filter,
 )
 from aigc_hub.reliability.outbox import EventRoutes, OutboxWriter
 
@@ -53,19 +55,20 @@ def list_(
     consumer: Annotated[str | None, typer.Option(help="Only this consumer group.")] = None,
     pipeline: Annotated[str | None, typer.Option(help="Only this pipeline.")] = None,
     error_class: Annotated[str | None, typer.Option(help="Only this error class.")] = None,
-    status: Annotated[str, typer.Option(help="pending, replayed, dismissed or any.")] = "pending",
+    status: Annotated[
+        str, typer.Option(help="pending, replayed, dismissed or any.")
+    ] = DeadLetterStatus.PENDING.value,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="At most this many.")] = 50,
     after: Annotated[int | None, typer.Option(help="Page on: ids below this one.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
 ) -> None:
     """List dead letters, newest first."""
-    if status not in ("pending", "replayed", "dismissed", "any"):
-        common.fail(
-            f"unknown status {status!r}: use pending, replayed, dismissed or any",
-            common.ExitCode.USAGE,
-        )
+    try:
+        wanted = status_filter(status)
+    except ValueError as exc:
+        common.fail(str(exc), common.ExitCode.USAGE)
     flt = DeadLetterFilter(
-        status=None if status == "any" else status,
+        status=wanted,
         topic=topic,
         consumer=consumer,
         pipeline=pipeline,
@@ -90,7 +93,7 @@ def list_(
                             "error_class": dl.error_class,
                             "error_message": dl.error_message,
                             "attempts": dl.attempts,
-                            "status": dl.status,
+                            "status": dl.status.value,
                             "created_at": dl.created_at,
                         },
                         ensure_ascii=False,
@@ -110,7 +113,7 @@ def list_(
                         dl.consumer,
                         f"{dl.error_class}: {dl.error_message[:60]}",
                         str(dl.attempts),
-                        dl.status,
+                        dl.status.value,
                     )
                 )
             )
@@ -132,7 +135,7 @@ def show(dead_letter_id: Annotated[int, typer.Argument(help="The dead letter's i
             common.fail(str(exc), common.ExitCode.NOT_FOUND)
         out = common.console()
         e = escape  # stored text is data, never Rich markup
-        out.print(f"[bold]dead letter {dl.id}[/] ({e(dl.status)})")
+        out.print(f"[bold]dead letter {dl.id}[/] ({e(dl.status.value)})")
         out.print(e(f"topic {dl.topic} partition {dl.partition} offset {dl.offset} key {dl.key}"))
         out.print(
             e(

@@ -9,6 +9,7 @@ consumers that already applied it skip it and the failed one applies it once.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,9 +29,31 @@ from aigc_hub.store import tables
 
 D = tables.dead_letters
 
-PENDING = "pending"
-REPLAYED = "replayed"
-DISMISSED = "dismissed"
+
+class DeadLetterStatus(enum.StrEnum):
+    """Where a dead letter stands; the value is the string stored in ``dead_letters.status``."""
+
+    PENDING = "pending"
+    REPLAYED = "replayed"
+    DISMISSED = "dismissed"
+
+
+#: The status filter that lists dead letters of every status (admin API, CLI, console).
+ANY_STATUS = "any"
+#: Every status filter a person may pass, in display order.
+STATUS_CHOICES: tuple[str, ...] = (*(s.value for s in DeadLetterStatus), ANY_STATUS)
+
+
+def status_filter(choice: str) -> DeadLetterStatus | None:
+    """The status a filter choice selects (None for ``any``); ValueError for an unknown one."""
+    if choice == ANY_STATUS:
+        return None
+    try:
+        return DeadLetterStatus(choice)
+    except ValueError:
+        raise ValueError(
+            f"unknown status {choice!r}: use {', '.join(STATUS_CHOICES[:-1])} or {ANY_STATUS}"
+        ) from None
 
 
 class DeadLetterNotFound(HubError):
@@ -99,7 +122,7 @@ class DeadLetter:
     first_failure_at: int
     last_failure_at: int
     history: Sequence[Mapping[str, Any]]
-    status: str
+    status: DeadLetterStatus
     created_at: int
     resolved_at: int | None
 
@@ -115,7 +138,7 @@ class DeadLetter:
 class DeadLetterFilter:
     """Which dead letters to list; None means any."""
 
-    status: str | None = PENDING
+    status: DeadLetterStatus | None = DeadLetterStatus.PENDING
     topic: str | None = None
     consumer: str | None = None
     pipeline: str | None = None
@@ -179,7 +202,7 @@ class DeadLetterStore:
                     first_failure_at=draft.first_failure_at,
                     last_failure_at=draft.last_failure_at,
                     history=[dict(x) for x in draft.history],
-                    status=PENDING,
+                    status=DeadLetterStatus.PENDING,
                     created_at=now,
                 )
                 .returning(D.c.id)
@@ -217,7 +240,7 @@ class DeadLetterStore:
         async with self.engine.connect() as conn:
             rows = await conn.execute(
                 sa.select(D.c.consumer, D.c.topic, sa.func.count())
-                .where(D.c.status == PENDING)
+                .where(D.c.status == DeadLetterStatus.PENDING)
                 .group_by(D.c.consumer, D.c.topic)
             )
             counts = {(c, t): int(n) for c, t, n in rows}
@@ -272,7 +295,9 @@ class DeadLetterStore:
             conn, [Routed(letter.topic, env.with_attempt(0), {h.REPLAYED_FROM_DLQ: str(letter.id)})]
         )
         await conn.execute(
-            sa.update(D).where(D.c.id == letter.id).values(status=REPLAYED, resolved_at=now)
+            sa.update(D)
+            .where(D.c.id == letter.id)
+            .values(status=DeadLetterStatus.REPLAYED, resolved_at=now)
         )
         await audit.record(
             conn,
@@ -292,8 +317,8 @@ class DeadLetterStore:
             for dl_id in dead_letter_ids:
                 result = await conn.execute(
                     sa.update(D)
-                    .where(D.c.id == dl_id, D.c.status == PENDING)
-                    .values(status=DISMISSED, resolved_at=now)
+                    .where(D.c.id == dl_id, D.c.status == DeadLetterStatus.PENDING)
+                    .values(status=DeadLetterStatus.DISMISSED, resolved_at=now)
                     .returning(D.c.id)
                 )
                 ok = result.first() is not None
@@ -311,7 +336,7 @@ class DeadLetterStore:
 
 
 def _replay_problem(letter: DeadLetter) -> str | None:
-    if letter.status != PENDING:
+    if letter.status is not DeadLetterStatus.PENDING:
         return f"it is {letter.status}, only pending dead letters can be replayed"
     if letter.envelope() is None:
         return "its bytes are not a valid envelope; dismiss it and fix the producer"
@@ -321,5 +346,10 @@ def _replay_problem(letter: DeadLetter) -> str | None:
 def _row(r: sa.Row[Any]) -> DeadLetter:
     # Columns and fields share names; only the JSON/BLOB columns need normalising.
     fields = dict(r._mapping)
-    fields.update(value=bytes(r.value), headers=r.headers or {}, history=r.history or [])
+    fields.update(
+        value=bytes(r.value),
+        headers=r.headers or {},
+        history=r.history or [],
+        status=DeadLetterStatus(r.status),
+    )
     return DeadLetter(**fields)

@@ -6,11 +6,12 @@ exist or neither does; a redelivered event finds its mark and changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from aigc_hub.core.outcomes import HandlingOutcome
 from aigc_hub.store import tables
 from aigc_hub.store.dialects import dialect_of
 
@@ -22,17 +23,21 @@ async def mark(
     consumer: str,
     event_ids: Sequence[str],
     now_ms: int,
-    result_code: str = "ok",
+    result_code: str | Mapping[str, str] = HandlingOutcome.APPLIED,
 ) -> set[str]:
-    """Insert marks for ``event_ids``; returns the ids that were new (the others are duplicates)."""
+    """Insert marks for ``event_ids`` with their ``result_code`` (one for all, or per event id);
+    returns the ids that were new (the others are duplicates and keep their stored code)."""
     if not event_ids:
         return set()
     unique = list(dict.fromkeys(event_ids))
+    codes = [
+        str(result_code if isinstance(result_code, str) else result_code[eid]) for eid in unique
+    ]
     if dialect_of(conn).name == "postgresql":
         # One statement with array parameters: the same SQL text for every batch size, so
         # the server plans it once; a VALUES list would be re-parsed per size.
         rows = await conn.execute(
-            _PG_MARK, {"consumer": consumer, "ids": unique, "now": now_ms, "code": result_code}
+            _PG_MARK, {"consumer": consumer, "ids": unique, "now": now_ms, "codes": codes}
         )
         return {row[0] for row in rows}
     # executemany + RETURNING: compiled once and cached ("insertmanyvalues" batches it).
@@ -43,15 +48,16 @@ async def mark(
         .returning(INBOX.c.event_id)
     )
     params = [
-        {"consumer": consumer, "event_id": eid, "processed_at": now_ms, "result_code": result_code}
-        for eid in unique
+        {"consumer": consumer, "event_id": eid, "processed_at": now_ms, "result_code": code}
+        for eid, code in zip(unique, codes, strict=True)
     ]
     return {row[0] for row in await conn.execute(stmt, params)}
 
 
 _PG_MARK = sa.text(
     "INSERT INTO inbox (consumer, event_id, processed_at, result_code) "
-    "SELECT :consumer, e, :now, :code FROM unnest(CAST(:ids AS varchar[])) AS e "
+    "SELECT :consumer, m.e, :now, m.c "
+    "FROM unnest(CAST(:ids AS varchar[]), CAST(:codes AS varchar[])) AS m(e, c) "
     "ON CONFLICT (consumer, event_id) DO NOTHING RETURNING event_id"
 )
 

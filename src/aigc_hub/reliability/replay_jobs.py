@@ -22,7 +22,7 @@ from aigc_hub.core.clock import Clock
 from aigc_hub.core.errors import HubError
 from aigc_hub.core.ids import new_id_str
 from aigc_hub.reliability import audit
-from aigc_hub.reliability.dlq import PENDING, DeadLetterFilter, DeadLetterStore
+from aigc_hub.reliability.dlq import DeadLetterFilter, DeadLetterStatus, DeadLetterStore
 from aigc_hub.store import tables
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ class ReplayJobs:
 
     async def start(self, flt: DeadLetterFilter, *, max_items: int, actor: str) -> Job:
         """Create the job row and start replaying in the background; returns the queued job."""
-        flt = DeadLetterFilter(**{**_filter_fields(flt), "status": PENDING})
+        flt = DeadLetterFilter(**{**_filter_fields(flt), "status": DeadLetterStatus.PENDING})
         newest = await self.dlq.list(flt, limit=1)
         upto_id = newest[0].id if newest else 0
         total = min(max_items, await _count_upto(self.engine, flt, upto_id)) if newest else 0

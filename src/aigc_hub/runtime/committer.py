@@ -23,6 +23,7 @@ from sqlalchemy.sql.expression import Executable
 from aigc_hub.core.clock import Clock
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import RetryableError
+from aigc_hub.core.outcomes import HandlingOutcome
 from aigc_hub.observability import metrics
 from aigc_hub.reliability import inbox
 from aigc_hub.reliability.outbox import OutboxWriter, Routed
@@ -49,7 +50,8 @@ class Outcome:
     event_id: str
     writes: Sequence[Write] = ()
     emits: Sequence[Envelope | Routed] = ()
-    result_code: str = "ok"
+    #: Stored in the inbox mark's ``result_code`` (APPLIED or NO_OP).
+    result_code: HandlingOutcome = HandlingOutcome.APPLIED
     always: Sequence[Always] = ()
     future: asyncio.Future[CommitStatus] | None = field(default=None, repr=False)
 
@@ -179,11 +181,13 @@ class Committer:
     ) -> bool:
         now = self.clock.now_ms()
         fresh: set[tuple[str, str]] = set()
-        by_consumer: dict[str, list[str]] = {}
+        by_consumer: dict[str, dict[str, str]] = {}
         for o in batch:
-            by_consumer.setdefault(o.consumer, []).append(o.event_id)
-        for consumer, event_ids in by_consumer.items():
-            fresh |= {(consumer, e) for e in await inbox.mark(conn, consumer, event_ids, now)}
+            # A second copy in the same batch is a duplicate: the first one's code is stored.
+            by_consumer.setdefault(o.consumer, {}).setdefault(o.event_id, o.result_code)
+        for consumer, codes in by_consumer.items():
+            marked = await inbox.mark(conn, consumer, list(codes), now, codes)
+            fresh |= {(consumer, e) for e in marked}
         emits: list[Envelope | Routed] = []
         bulk: dict[tuple[object, ...], tuple[RowInsert, list[dict[str, object]]]] = {}
         for i, o in enumerate(batch):

@@ -23,6 +23,7 @@ from aigc_hub.core.clock import Clock
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import HubError, PermanentError
 from aigc_hub.core.failpoints import NONE, Crash, Failpoints
+from aigc_hub.core.outcomes import HandlingOutcome
 from aigc_hub.core.retry import DELAYED, IN_PROCESS, RetryPolicy
 from aigc_hub.messaging.base import Broker, Consumer, Record, TopicPartition
 from aigc_hub.observability import metrics
@@ -251,7 +252,7 @@ class ConsumerGroupRuntime:
             if self._lanes.get(key) is lane and not lane:
                 del self._lanes[key]
 
-    def _finish(self, item: _Item, outcome: str) -> None:
+    def _finish(self, item: _Item, outcome: HandlingOutcome) -> None:
         metrics.CONSUMED.labels(self.group, item.record.topic, outcome).inc()
         self.finished += 1
         if item.redelivery is not None:
@@ -265,7 +266,7 @@ class ConsumerGroupRuntime:
 
     # -- handling one record -----------------------------------------------------------------
 
-    async def _handle(self, item: _Item) -> str:
+    async def _handle(self, item: _Item) -> HandlingOutcome:
         rec, env = item.record, item.envelope
         ctx = HandlerContext(
             consumer=self.group,
@@ -275,22 +276,24 @@ class ConsumerGroupRuntime:
             clock=self.deps.clock,
             redelivery=item.redelivery,
             hub=self.deps.hub,
+            on_checkpoint=self.deps.committer.on_emitted,
         )
         if env is None:
             assert item.decode_error is not None
             return await self.failures.give_up(ctx, None, item.decode_error)
         if item.redelivery is None and env.key in self.parked:
             await self._park_behind(item, env)
-            return "parked_behind"
+            return HandlingOutcome.PARKED_BEHIND
         if item.duplicate and item.redelivery is None:
             metrics.INBOX_DUPLICATES.labels(self.group).inc()
-            return "duplicate"
+            return HandlingOutcome.DUPLICATE
         try:
             ctx.payload = self.deps.registry.decode(env)
         except PermanentError as exc:
             return await self.failures.give_up(ctx, env, exc)
         await self._chain(env, ctx)
-        return ctx.result_code
+        assert ctx.outcome is not None  # set by the terminal's commit or by the give-up
+        return ctx.outcome
 
     async def _terminal(self, envelope: Envelope, ctx: HandlerContext) -> list[Envelope]:
         ctx.writes.clear()
@@ -300,22 +303,24 @@ class ConsumerGroupRuntime:
             emitted = await self.spec.handler(envelope, ctx)
         head = ctx.redelivery
         always = () if head is None else (self._head_finisher(head),)
+        changed = bool(ctx.writes) or bool(emitted) or ctx.checkpoints > 0
+        code = HandlingOutcome.APPLIED if changed else HandlingOutcome.NO_OP
         status = await self.deps.committer.submit(
             Outcome(
                 self.group,
                 envelope.event_id,
                 list(ctx.writes),
                 list(emitted),
-                ctx.result_code,
+                code,
                 always,
             )
         )
         self.deps.failpoints.hit("consumer.after_commit")
         if status is CommitStatus.DUPLICATE:
             metrics.INBOX_DUPLICATES.labels(self.group).inc()
-            ctx.result_code = "duplicate"
-        elif ctx.result_code == "ok":
-            ctx.result_code = "applied"
+            ctx.outcome = HandlingOutcome.DUPLICATE
+        else:
+            ctx.outcome = code
         return list(emitted)
 
     def _head_finisher(self, head: Parked) -> Always:

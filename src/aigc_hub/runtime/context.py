@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import pydantic
 import sqlalchemy as sa
@@ -14,6 +14,7 @@ from sqlalchemy.sql.expression import Executable
 
 from aigc_hub.core.clock import Clock
 from aigc_hub.core.envelope import Envelope
+from aigc_hub.core.outcomes import HandlingOutcome
 from aigc_hub.messaging.base import Record
 from aigc_hub.reliability.outbox import Routed
 from aigc_hub.reliability.redelivery import Parked
@@ -43,6 +44,39 @@ Write = (
 )
 
 M = TypeVar("M", bound=pydantic.BaseModel)
+T = TypeVar("T")
+
+
+class Checkpoint(Protocol):
+    """Runs ``fn(conn)`` now in its own short transaction (see :func:`checkpoint`)."""
+
+    async def __call__(self, reason: str, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        """Commit what ``fn`` writes before returning its result."""
+        ...
+
+
+async def checkpoint(
+    engine: AsyncEngine,
+    reason: str,
+    fn: Callable[[AsyncConnection], Awaitable[T]],
+    *,
+    committed: Callable[[], None] | None = None,
+) -> T:
+    """Run ``fn(conn)`` in its own transaction and commit it now; ``committed`` runs after.
+
+    The one exception to "a handler changes facts only by staged writes and returned
+    events": an intent that must be durable *before* an outside call (a provider submit,
+    a slot lease), so that a crash or a redelivery after the call can tell it may have
+    happened. ``reason`` says which intent; it must not be empty. Everything else a handler
+    changes is staged and commits atomically with its inbox mark.
+    """
+    if not reason.strip():
+        raise ValueError("a checkpoint must say why it cannot wait for the commit")
+    async with engine.begin() as conn:
+        result = await fn(conn)
+    if committed is not None:
+        committed()  # e.g. wake the relay: the checkpoint may have written outbox rows
+    return result
 
 
 @dataclass
@@ -58,12 +92,17 @@ class HandlerContext:
     attempt: int = 1
     writes: list[Write] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)
-    result_code: str = "ok"
+    #: How the runtime finished with the record (set after the commit or the give-up).
+    outcome: HandlingOutcome | None = None
     redelivery: Parked | None = None
     deferrals: int = 0
     #: The hub running this consumer (pipelines find their per-hub state on it); None in
     #: handler unit tests that build a context by hand.
     hub: Any = None
+    #: Run after a checkpoint commits (the runtime wakes the relay there); None in unit tests.
+    on_checkpoint: Callable[[], None] | None = None
+    #: Checkpoints committed during this delivery (their changes count as applied).
+    checkpoints: int = 0
 
     @property
     def fresh(self) -> bool:
@@ -77,6 +116,16 @@ class HandlerContext:
     def insert(self, table: sa.Table, *, ignore_conflict: bool = False, **values: Any) -> None:
         """Stage a one-row insert (batched with other events' inserts into the same table)."""
         self.writes.append(RowInsert(table, values, ignore_conflict))
+
+    async def checkpoint(self, reason: str, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        """Commit ``fn(conn)`` now, before an outside call; the only write outside the staging.
+
+        See :func:`checkpoint`: use it solely to record an intent that must survive a crash
+        during the outside call that follows; stage every other change with :meth:`write`.
+        """
+        result = await checkpoint(self.engine, reason, fn, committed=self.on_checkpoint)
+        self.checkpoints += 1
+        return result
 
     def payload_as(self, model: type[M]) -> M:
         """The validated payload as ``model``; TypeError if the registry decoded another type."""

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from aigc_hub.core.clock import Clock
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import PermanentError, Retry
+from aigc_hub.core.outcomes import HandlingOutcome
 from aigc_hub.core.retry import RetryDecision, RetryPolicy
 from aigc_hub.observability import metrics
 from aigc_hub.reliability.dlq import DeadLetterDraft, DeadLetterStore
@@ -25,7 +26,7 @@ from aigc_hub.runtime.context import HandlerContext
 log = logging.getLogger(__name__)
 
 #: The outcome of a redelivered copy that another run settled first (nothing was written).
-STALE = "stale"
+STALE = HandlingOutcome.STALE
 
 
 class FailureRouter:
@@ -52,9 +53,8 @@ class FailureRouter:
 
     async def give_up(
         self, ctx: HandlerContext, envelope: Envelope | None, error: BaseException
-    ) -> str:
-        """Park or dead-letter ``ctx.record``: "parked", "rescheduled", "dead_lettered" or
-        :data:`STALE`."""
+    ) -> HandlingOutcome:
+        """Park or dead-letter ``ctx.record``: PARKED, RESCHEDULED, DEAD_LETTERED or STALE."""
         now = self.clock.now_ms()
         if not ctx.failures or ctx.failures[-1]["error_message"] != str(error)[:500]:
             ctx.note_failure(error)
@@ -113,7 +113,7 @@ class FailureRouter:
                     return STALE
             metrics.RETRIES.labels(ctx.consumer, "delayed").inc()
             self.on_parked(key)
-            return "parked" if head is None else "rescheduled"
+            return HandlingOutcome.PARKED if head is None else HandlingOutcome.RESCHEDULED
 
         draft = DeadLetterDraft(
             topic=record.topic,
@@ -153,4 +153,4 @@ class FailureRouter:
             self.on_released(key)
         elif head is not None:
             self.on_parked(key)
-        return "dead_lettered"
+        return HandlingOutcome.DEAD_LETTERED

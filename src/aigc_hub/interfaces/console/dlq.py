@@ -23,11 +23,19 @@ from aigc_hub.interfaces.console.auth import CheckedDep, ConsoleRoute, OperatorD
 from aigc_hub.interfaces.console.rendering import PREFIX, page
 from aigc_hub.interfaces.http.admin import JobOut, replay_jobs
 from aigc_hub.interfaces.http.auth import hub_of
-from aigc_hub.reliability.dlq import DeadLetterFilter, DeadLetterNotFound, DeadLetterNotReplayable
+from aigc_hub.reliability.dlq import (
+    STATUS_CHOICES,
+    DeadLetterFilter,
+    DeadLetterNotFound,
+    DeadLetterNotReplayable,
+    DeadLetterStatus,
+    status_filter,
+)
 from aigc_hub.reliability.replay_jobs import ReplayJobs
 
 PAGE_SIZE = 50
-STATUSES = ("pending", "replayed", "dismissed", "any")
+STATUSES = STATUS_CHOICES
+PENDING = DeadLetterStatus.PENDING.value
 DeadLetterId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 HubDep = Annotated[Hub, Depends(hub_of)]
 JobsDep = Annotated[ReplayJobs, Depends(replay_jobs)]
@@ -57,7 +65,7 @@ class Filters:
     consumer: str = ""
     pipeline: str = ""
     error_class: str = ""
-    status: str = "pending"
+    status: str = PENDING
     since: str = ""
     until: str = ""
 
@@ -65,7 +73,7 @@ class Filters:
         """The store's filter; ``status`` overrides the form's."""
         wanted = status or self.status
         return DeadLetterFilter(
-            status=None if wanted == "any" else wanted,
+            status=status_filter(wanted),
             topic=self.topic or None,
             consumer=self.consumer or None,
             pipeline=self.pipeline or None,
@@ -90,7 +98,7 @@ def _filters(
     consumer: Annotated[str, Query(max_length=200)] = "",
     pipeline: Annotated[str, Query(max_length=200)] = "",
     error_class: Annotated[str, Query(max_length=200)] = "",
-    status: Annotated[str, Query(pattern="^(pending|replayed|dismissed|any)$")] = "pending",
+    status: Annotated[str, Query(pattern=f"^({'|'.join(STATUSES)})$")] = PENDING,
     since: Annotated[str, Query(max_length=40)] = "",
     until: Annotated[str, Query(max_length=40)] = "",
 ) -> Filters:
@@ -105,7 +113,7 @@ def _form_filters(
     since: Annotated[str, Form(max_length=40)] = "",
     until: Annotated[str, Form(max_length=40)] = "",
 ) -> Filters:
-    return Filters(topic, consumer, pipeline, error_class, "pending", since, until)
+    return Filters(topic, consumer, pipeline, error_class, PENDING, since, until)
 
 
 @router.get("/dlq", response_class=HTMLResponse)
@@ -122,7 +130,7 @@ async def dlq_list(
     found = await hub.dlq.list(flt, limit=PAGE_SIZE + 1, after_id=cursor)
     letters = found[:PAGE_SIZE]
     next_cursor = letters[-1].id if len(found) > PAGE_SIZE else None
-    pending = await hub.dlq.count(filters.to_filter(status="pending"))
+    pending = await hub.dlq.count(filters.to_filter(status=PENDING))
     return page(
         request,
         "dlq_list.html",
@@ -217,7 +225,7 @@ async def dlq_bulk_replay(
     filters: Annotated[Filters, Depends(_form_filters)],
     max: Annotated[int, Form(ge=1, le=100_000)] = 1000,
 ) -> Response:
-    job = await jobs.start(filters.to_filter(status="pending"), max_items=max, actor=who.actor)
+    job = await jobs.start(filters.to_filter(status=PENDING), max_items=max, actor=who.actor)
     return RedirectResponse(f"{PREFIX}/jobs/{job.id}?{filters.query()}", status_code=303)
 
 

@@ -27,6 +27,8 @@ from aigc_hub.reliability.dlq import (
     DeadLetterFilter,
     DeadLetterNotFound,
     DeadLetterNotReplayable,
+    DeadLetterStatus,
+    status_filter,
 )
 from aigc_hub.reliability.replay_jobs import Job, ReplayJobs
 from aigc_hub.store import tables
@@ -100,6 +102,7 @@ JobsDep = Annotated[ReplayJobs, Depends(replay_jobs)]
 
 # -- dead letters --------------------------------------------------------------------------------
 
+#: A status filter: a :class:`DeadLetterStatus` value or "any" (a unit test keeps them equal).
 Status = Literal["pending", "replayed", "dismissed", "any"]
 
 
@@ -121,7 +124,7 @@ class DeadLetterItem(BaseModel):
     attempts: int
     first_failure_at: int = Field(description="epoch ms")
     last_failure_at: int = Field(description="epoch ms")
-    status: str
+    status: DeadLetterStatus
     created_at: int = Field(description="epoch ms")
     resolved_at: int | None = Field(description="epoch ms")
 
@@ -176,7 +179,7 @@ class DeadLetterQuery(BaseModel):
 
     def to_filter(self, status: Status | None) -> DeadLetterFilter:
         return DeadLetterFilter(
-            status=None if status in (None, "any") else status,
+            status=None if status is None else status_filter(status),
             topic=self.topic,
             consumer=self.consumer,
             pipeline=self.pipeline,
@@ -282,7 +285,9 @@ async def bulk_replay(
     response: Response,
     idem: AdminIdempotency,
 ) -> JobAccepted:
-    job = await jobs.start(body.to_filter("pending"), max_items=body.max, actor=actor_of(who))
+    job = await jobs.start(
+        body.to_filter(DeadLetterStatus.PENDING.value), max_items=body.max, actor=actor_of(who)
+    )
     response.headers["Location"] = _job_location(request, job.id)
     return JobAccepted(job_id=job.id, status=job.status, total=job.total)
 

@@ -76,7 +76,8 @@ async def fetch_output(
             try:
                 info = await gen.probe(fetched.path)
             except InvalidMedia as exc:
-                return await _invalid(hub, env, task, str(exc))
+                _invalid(hub, env, task, str(exc), ctx)
+                return []
             key = object_key(task["tenant_id"], task["id"], f.attempt_id)
             stored = await hub.blobs.put(key, fetched.path.read_bytes(), "video/mp4")
     except ProviderError as exc:
@@ -144,9 +145,13 @@ async def fetch_output(
     return []
 
 
-async def _invalid(hub: Hub, env: Envelope, task: Mapping[str, Any], reason: str) -> list[Envelope]:
+def _invalid(
+    hub: Hub, env: Envelope, task: Mapping[str, Any], reason: str, ctx: HandlerContext
+) -> None:
+    """Stage FAILED (invalid output) for a task still fetching."""
     now = hub.clock.now_ms()
-    async with hub.transaction() as conn:
+
+    async def record(conn: AsyncConnection) -> list[Envelope | Routed]:
         current = await lifecycle.load(conn, str(task["id"]))
         if current is None or current["status"] != TaskStatus.OUTPUT_FETCHING.value:
             return []
@@ -160,5 +165,6 @@ async def _invalid(hub: Hub, env: Envelope, task: Mapping[str, Any], reason: str
             values={"failure_class": "invalid_output", "failure_code": "unreadable_video"},
             detail={"reason": reason[:300]},
         )
-        await hub.outbox.add(conn, notes)
-    return []
+        return [*notes]
+
+    ctx.write(record)

@@ -40,7 +40,7 @@ for factory in factories():
 @pipeline.handler("generation-scheduler", [events.DISPATCH], concurrency=2)
 async def on_wake(env: Envelope, ctx: HandlerContext) -> list[Envelope]:
     if env.event_type in (events.TASK_QUEUED, events.SLOT_FREED):
-        await schedule(ctx.hub)
+        await schedule(ctx.hub, ctx.checkpoint)
     return []
 
 

@@ -14,18 +14,21 @@ in fair order until slots run out:
 
 Dispatching a task is one transaction: QUEUED → DISPATCHING, a new attempt with its stable
 ``provider_request_key``, and the ``AttemptDispatched`` event that makes the submitter call
-the provider (never inside the transaction).
+the provider (never inside the transaction). It is a checkpoint (``ctx.checkpoint`` when a
+handler runs the pass): the slots just leased must be recorded on the attempt before the
+next task leases more, so each dispatch commits at once instead of with the inbox mark.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from aigc_hub.core import ids
 from aigc_hub.core.envelope import Envelope
@@ -37,6 +40,7 @@ from aigc_hub.pipelines.generation.requests import request_of
 from aigc_hub.pipelines.generation.slots import Refusal
 from aigc_hub.pipelines.generation.states import ACTIVE_AT_PROVIDER, TaskStatus
 from aigc_hub.pipelines.generation.wiring import Generation, generation_of
+from aigc_hub.runtime.context import Checkpoint, checkpoint
 from aigc_hub.store.engine import reader
 
 if TYPE_CHECKING:
@@ -88,11 +92,28 @@ def fair_order(
     return out
 
 
-async def schedule(hub: Hub) -> int:
+T = TypeVar("T")
+
+#: Why a dispatch commits on its own (the checkpoint's reason).
+DISPATCH_REASON = "the slots leased for an attempt must be recorded before the next lease"
+
+
+def hub_checkpoint(hub: Hub) -> Checkpoint:
+    """A checkpoint for callers outside a handler (the QUEUED scanner, tests)."""
+
+    async def run(reason: str, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        return await checkpoint(hub.engine, reason, fn, committed=hub.relay.wake)
+
+    return run
+
+
+async def schedule(hub: Hub, record: Checkpoint | None = None) -> int:
     """Run passes until nothing more can be dispatched; returns how many were dispatched.
 
+    Each dispatch commits through ``record`` (a handler passes ``ctx.checkpoint``).
     Concurrent callers in one process coalesce: the running pass runs once more for them.
     """
+    record = record or hub_checkpoint(hub)
     gen = generation_of(hub)
     if gen.schedule_lock.locked():
         gen.rerun = True
@@ -101,12 +122,12 @@ async def schedule(hub: Hub) -> int:
     async with gen.schedule_lock:
         while True:
             gen.rerun = False
-            total += await _pass(hub, gen)
+            total += await _pass(hub, gen, record)
             if not gen.rerun:
                 return total
 
 
-async def _pass(hub: Hub, gen: Generation) -> int:
+async def _pass(hub: Hub, gen: Generation, record: Checkpoint) -> int:
     now = hub.clock.now_ms()
     async with reader(hub.engine) as conn:
         rows = (
@@ -142,7 +163,7 @@ async def _pass(hub: Hub, gen: Generation) -> int:
     for q in order:
         if q.tenant_id in full_tenants:
             continue
-        outcome = await _dispatch(hub, gen, q.id)
+        outcome = await _dispatch(hub, gen, q.id, record)
         if outcome == "platform":
             break
         if outcome == "tenant":
@@ -152,7 +173,7 @@ async def _pass(hub: Hub, gen: Generation) -> int:
     return dispatched
 
 
-async def _dispatch(hub: Hub, gen: Generation, task_id: str) -> str:
+async def _dispatch(hub: Hub, gen: Generation, task_id: str, record: Checkpoint) -> str:
     """Try to dispatch one task: "dispatched", "gone", "no_route" or the full level's name."""
     async with reader(hub.engine) as conn:
         task = await lifecycle.load(conn, task_id)
@@ -187,33 +208,36 @@ async def _dispatch(hub: Hub, gen: Generation, task_id: str) -> str:
         tenant_id=task["tenant_id"],
         correlation_id=task["id"],
     )
+
+    async def write_dispatch(conn: AsyncConnection) -> None:
+        await conn.execute(
+            task_attempts.insert().values(
+                id=attempt_id,
+                task_id=task["id"],
+                attempt_no=attempt_no,
+                provider=route.provider,
+                model=route.model,
+                dispatch_token=attempt_id,
+                provider_request_key=request_key,
+                status=TaskStatus.DISPATCHING.value,
+                slots=taken,
+                created_at=now,
+            )
+        )
+        notes = await lifecycle.move(
+            conn,
+            task,
+            TaskStatus.DISPATCHING,
+            cause="scheduler.dispatch",
+            now_ms=now,
+            values={"current_attempt_id": attempt_id, "attempt_count": attempt_no},
+            detail={"provider": route.provider, "attempt_no": attempt_no},
+            deadline_ms=now + int(gen.settings.dispatching_deadline_s * 1000),
+        )
+        await hub.outbox.add(conn, [dispatched, *notes])
+
     try:
-        async with hub.transaction() as conn:
-            await conn.execute(
-                task_attempts.insert().values(
-                    id=attempt_id,
-                    task_id=task["id"],
-                    attempt_no=attempt_no,
-                    provider=route.provider,
-                    model=route.model,
-                    dispatch_token=attempt_id,
-                    provider_request_key=request_key,
-                    status=TaskStatus.DISPATCHING.value,
-                    slots=taken,
-                    created_at=now,
-                )
-            )
-            notes = await lifecycle.move(
-                conn,
-                task,
-                TaskStatus.DISPATCHING,
-                cause="scheduler.dispatch",
-                now_ms=now,
-                values={"current_attempt_id": attempt_id, "attempt_count": attempt_no},
-                detail={"provider": route.provider, "attempt_no": attempt_no},
-                deadline_ms=now + int(gen.settings.dispatching_deadline_s * 1000),
-            )
-            await hub.outbox.add(conn, [dispatched, *notes])
+        await record(DISPATCH_REASON, write_dispatch)
     except (StaleTransition, sa.exc.IntegrityError):
         await gen.slots.release(attempt_id, taken)  # another pass took it first
         breaker.forfeit(attempt_id)

@@ -1,10 +1,12 @@
 """Submitting an attempt to its provider, and asking a provider to cancel (seed 004 §3.7.1).
 
 The submit is the one call that may not be blindly repeated. Before calling, the attempt is
-marked ``submit_started_at`` in its own short transaction; a delivery that finds the mark
+marked ``submit_started_at`` in a checkpoint (``ctx.checkpoint``: its own short transaction,
+the handlers' one write outside the staged ones); a delivery that finds the mark
 already set (a crash or timeout after the call may have reached the provider) *queries by
 the request key* instead of submitting, and only a confirmed NOT_FOUND allows a new submit.
-No provider call happens inside a database transaction.
+No provider call happens inside a database transaction. Every other change (the submit's
+finish, SUBMIT_UNKNOWN) is staged with ``ctx.write`` and commits with the inbox mark.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import Retry
@@ -27,6 +30,7 @@ from aigc_hub.pipelines.generation.models import provider_jobs, task_attempts
 from aigc_hub.pipelines.generation.requests import request_of
 from aigc_hub.pipelines.generation.states import TaskStatus
 from aigc_hub.pipelines.generation.wiring import Generation, generation_of
+from aigc_hub.reliability.outbox import Routed
 from aigc_hub.runtime.context import HandlerContext
 from aigc_hub.store.engine import reader
 
@@ -81,17 +85,22 @@ async def submit_attempt(
     adapter = gen.providers.get(d.provider)
     breaker = gen.providers.breakers[d.provider]
     now = hub.clock.now_ms()
-    async with hub.transaction() as conn:
-        first = (
-            await conn.execute(
-                sa.update(task_attempts)
-                .where(
-                    task_attempts.c.id == d.attempt_id, task_attempts.c.submit_started_at.is_(None)
-                )
-                .values(submit_started_at=now)
-                .returning(task_attempts.c.id)
-            )
-        ).scalar_one_or_none()
+
+    async def mark_started(conn: AsyncConnection) -> str | None:
+        started = await conn.execute(
+            sa.update(task_attempts)
+            .where(task_attempts.c.id == d.attempt_id, task_attempts.c.submit_started_at.is_(None))
+            .values(submit_started_at=now)
+            .returning(task_attempts.c.id)
+        )
+        found = started.scalar_one_or_none()
+        return None if found is None else str(found)
+
+    first = await ctx.checkpoint(
+        "submit_started_at must be durable before the provider call, so a retry after a crash "
+        "queries by request key instead of submitting twice",
+        mark_started,
+    )
     try:
         if first is None:
             # We may have called before: ask, never resend blindly.
@@ -111,29 +120,25 @@ async def submit_attempt(
         result = await adapter.submit(prepared)
     except ProviderError as exc:
         breaker.record(d.attempt_id, False)
-        return await _submit_failed(hub, env, d, exc)
+        return _submit_failed(hub, env, d, exc, ctx)
     except Exception as exc:
         breaker.record(d.attempt_id, False)
-        return await _submit_failed(hub, env, d, adapter.classify_error(exc, during="submit"))
+        return _submit_failed(hub, env, d, adapter.classify_error(exc, during="submit"), ctx)
     breaker.record(d.attempt_id, True)
-    await _finish_submit(hub, d, result.normalized_status)
+    ctx.write(
+        sa.update(task_attempts)
+        .where(task_attempts.c.id == d.attempt_id)
+        .values(submit_finished_at=hub.clock.now_ms())
+    )
     return [_observed(env, d, result, "submit")]
 
 
-async def _finish_submit(hub: Hub, d: events.AttemptDispatched, status: NormalizedStatus) -> None:
-    async with hub.transaction() as conn:
-        await conn.execute(
-            sa.update(task_attempts)
-            .where(task_attempts.c.id == d.attempt_id)
-            .values(submit_finished_at=hub.clock.now_ms())
-        )
-
-
-async def _submit_failed(
-    hub: Hub, env: Envelope, d: events.AttemptDispatched, exc: ProviderError
+def _submit_failed(
+    hub: Hub, env: Envelope, d: events.AttemptDispatched, exc: ProviderError, ctx: HandlerContext
 ) -> list[Envelope]:
     if exc.retry_class is RetryClass.UNKNOWN_OUTCOME:
-        return await mark_unknown(hub, env, d)
+        mark_unknown(hub, env, d, ctx)
+        return []
     if exc.retry_class in (RetryClass.RATE_LIMITED, RetryClass.RETRYABLE):
         # Refused before acceptance (429/5xx): the next delivery queries by key, then resubmits.
         raise Retry(exc.retry_after_s or 2.0)
@@ -146,11 +151,12 @@ async def _submit_failed(
     return [_observed(env, d, failed, "submit")]
 
 
-async def mark_unknown(hub: Hub, env: Envelope, d: events.AttemptDispatched) -> list[Envelope]:
-    """The submit timed out: the job may exist. SUBMIT_UNKNOWN until a query tells."""
+def mark_unknown(hub: Hub, env: Envelope, d: events.AttemptDispatched, ctx: HandlerContext) -> None:
+    """The submit timed out: the job may exist. Stage SUBMIT_UNKNOWN until a query tells."""
     now = hub.clock.now_ms()
     gen = generation_of(hub)
-    async with hub.transaction() as conn:
+
+    async def record(conn: AsyncConnection) -> list[Envelope | Routed]:
         task = await lifecycle.load(conn, d.task_id)
         if task is None or task["status"] != TaskStatus.DISPATCHING.value:
             return []
@@ -168,8 +174,9 @@ async def mark_unknown(hub: Hub, env: Envelope, d: events.AttemptDispatched) -> 
             now_ms=now,
             deadline_ms=now + int(gen.settings.unknown_recheck_s * 1000),
         )
-        await hub.outbox.add(conn, notes)
-    return []
+        return [*notes]
+
+    ctx.write(record)
 
 
 async def cancel_at_provider(

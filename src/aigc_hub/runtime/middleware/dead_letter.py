@@ -21,5 +21,5 @@ class DeadLetter:
         try:
             return await call_next(envelope, ctx)
         except Exception as exc:
-            ctx.result_code = await self.router.give_up(ctx, envelope, exc)
+            ctx.outcome = await self.router.give_up(ctx, envelope, exc)
             return []
