@@ -166,6 +166,8 @@ def test_the_standard_webhooks_verifier_checks_deliveries_against_all_its_secret
     narrow = webhooks.StandardWebhooks([SECRET], tolerance_s=10)
     with pytest.raises(WebhookVerificationError, match="timestamp_out_of_window"):
         narrow.verify(headers(), BODY, TIMESTAMP + 11)
+    with pytest.raises(ConfigurationError, match="tolerance"):
+        webhooks.StandardWebhooks([SECRET], tolerance_s=-1)
 
 
 @pytest.mark.parametrize("setting", ["LOCAL_WEBHOOK_SECRETS", "REPLICATE_WEBHOOK_SECRETS"])

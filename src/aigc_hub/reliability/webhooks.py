@@ -217,6 +217,8 @@ class StandardWebhooks:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "secrets", tuple(self.secrets))  # frozen: no caller's list
+        if self.tolerance_s < 0:
+            raise ConfigurationError(f"webhook tolerance must be >= 0 s, got {self.tolerance_s}")
         for secret in self.secrets:
             decode_secret(secret)
 
