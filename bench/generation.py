@@ -39,8 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import loopback
 
-from aigc_hub.pipelines.generation import webhooks
 from aigc_hub.pipelines.generation.models import generation_tasks, task_events
+from aigc_hub.reliability import webhooks
 from aigc_hub.store import engine as store_engine
 from aigc_hub.store import migrate
 

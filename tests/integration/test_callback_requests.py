@@ -18,10 +18,11 @@ from aigc_hub.core import ids
 from aigc_hub.interfaces.http import problems
 from aigc_hub.interfaces.http.app import create_app
 from aigc_hub.messaging.memory import MemoryBroker
-from aigc_hub.pipelines.generation import services, webhooks, wiring
+from aigc_hub.pipelines.generation import services, wiring
 from aigc_hub.pipelines.generation.config import GenerationSettings
 from aigc_hub.pipelines.generation.models import callback_events, generation_tasks, provider_jobs
 from aigc_hub.pipelines.generation.pipeline import pipeline as generation
+from aigc_hub.reliability import webhooks
 from aigc_hub.store import tables
 from tests.support.hubs import hub_for
 

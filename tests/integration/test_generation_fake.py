@@ -11,9 +11,10 @@ import httpx
 import pytest
 
 from aigc_hub.interfaces.http.app import create_app
-from aigc_hub.pipelines.generation import events, webhooks
+from aigc_hub.pipelines.generation import events
 from aigc_hub.pipelines.generation.adapters.base import NormalizedStatus as N
 from aigc_hub.pipelines.generation.states import TaskStatus as S
+from aigc_hub.reliability import webhooks
 from aigc_hub.testing import FakeJob, FakeProvider, JobScript, Step, Submit
 from tests.support.fake_generation import WEBHOOK_SECRET, FakeGeneration, fake_generation
 

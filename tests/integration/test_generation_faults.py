@@ -15,13 +15,13 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from aigc_hub.pipelines.generation import webhooks
 from aigc_hub.pipelines.generation.models import (
     callback_events,
     generation_tasks,
     task_attempts,
     task_events,
 )
+from aigc_hub.reliability import webhooks
 from tests.integration.test_generation_flow import ledger_types, submit, wait_terminal
 from tests.support.generation import Stack, generation_stack
 from tests.support.hubs import make_broker

@@ -278,3 +278,18 @@ def test_provider_serve_help_names_its_options() -> None:
     ).stdout
     for option in ("--port", "--webhook-secret", "--render-mode", "--max-concurrent", "--faults"):
         assert option in out
+
+
+def test_provider_serve_refuses_a_garbage_webhook_secret_in_one_line_before_listening() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "aigc_hub", "provider", "serve", "--webhook-secret", "whsec_x y!"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"COLUMNS": "200", "PYTHONPATH": ":".join(sys.path)},
+    )
+    assert done.returncode == 2  # ExitCode.USAGE
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0].startswith("error: --webhook-secret (AIGC_HUB_PROVIDER_WEBHOOK_SECRET): ")
+    assert "x y!" not in done.stderr  # the secret itself is never echoed

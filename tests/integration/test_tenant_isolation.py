@@ -35,9 +35,9 @@ from aigc_hub import tenancy
 from aigc_hub.bootstrap import Hub
 from aigc_hub.interfaces.http.app import create_app
 from aigc_hub.messaging.memory import MemoryBroker
-from aigc_hub.pipelines.generation import services, webhooks
+from aigc_hub.pipelines.generation import services
 from aigc_hub.pipelines.generation.pipeline import pipeline as generation
-from aigc_hub.reliability import notifications
+from aigc_hub.reliability import notifications, webhooks
 from aigc_hub.reliability.dlq import DeadLetterFilter
 from aigc_hub.reliability.notifications import Notification
 from aigc_hub.reliability.replay_jobs import ReplayJobs

@@ -27,7 +27,7 @@ from aigc_hub.pipelines.generation import services, wiring
 from aigc_hub.pipelines.generation.config import GenerationSettings
 from aigc_hub.pipelines.generation.models import generation_tasks, task_events
 from aigc_hub.pipelines.generation.pipeline import pipeline as generation
-from aigc_hub.pipelines.generation.providers import CircuitBreaker
+from aigc_hub.reliability.breaker import CircuitBreaker
 from aigc_hub.reliability.notifications import pipeline as notifications
 from aigc_hub.store import engine as store_engine
 from aigc_hub.store.engine import reader

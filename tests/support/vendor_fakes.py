@@ -30,7 +30,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 
 from aigc_hub.media import tools as media_tools
-from aigc_hub.pipelines.generation import webhooks
+from aigc_hub.reliability import webhooks
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vendors"
 DEFAULT_FAULTS: dict[str, Any] = {

@@ -1,18 +1,20 @@
-"""The generation pipeline's pure parts: state table, fair order, weights, circuit breaker,
-slots (on the in-memory cache), poll backoff."""
+"""The generation pipeline's pure parts: state table, fair order, weights, its slot levels,
+poll backoff. (The circuit breaker and slots themselves are tested in test_breaker.py and
+test_slots.py.)"""
 
 from __future__ import annotations
 
 import itertools
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, cast
 
 import pytest
 
 from aigc_hub.cache.memory import MemoryCache
 from aigc_hub.core.clock import ManualClock
 from aigc_hub.pipelines.generation.config import GenerationSettings
-from aigc_hub.pipelines.generation.providers import BreakerState, CircuitBreaker
-from aigc_hub.pipelines.generation.scheduler import Queued, fair_order
-from aigc_hub.pipelines.generation.slots import Refusal, Slots
+from aigc_hub.pipelines.generation.providers import Route
+from aigc_hub.pipelines.generation.scheduler import Queued, fair_order, slot_scopes
 from aigc_hub.pipelines.generation.states import (
     CANCELABLE,
     TERMINAL,
@@ -21,6 +23,11 @@ from aigc_hub.pipelines.generation.states import (
     can_move,
     sources_of,
 )
+from aigc_hub.pipelines.generation.wiring import build
+from aigc_hub.reliability.slots import Refusal
+
+if TYPE_CHECKING:
+    from aigc_hub.bootstrap import Hub
 
 S = TaskStatus
 
@@ -94,115 +101,19 @@ def test_tenant_weights_setting_parses_and_refuses_garbage() -> None:
             GenerationSettings(tenant_weights=bad).weights()
 
 
-def opened_breaker(now: list[float]) -> CircuitBreaker:
-    """A breaker (cool-down 5 s on the clock ``now``) just opened by 3 failures of 4 submits."""
-    breaker = CircuitBreaker(
-        window=10, min_calls=4, max_error_rate=0.5, cool_down_s=5, clock=lambda: now[0]
-    )
-    for n, ok in enumerate((True, False, False, False)):
-        assert breaker.admit(f"s{n}")
-        breaker.record(f"s{n}", ok)
-    return breaker
-
-
-# (time, action, key, what the step must show): "admit" → admitted?, "record+"/"record-" →
-# the state after recording a success/failure of ``key``, "forfeit" → state after.
-BreakerStep = tuple[float, str, str, bool | BreakerState]
-BREAKER_TABLES: dict[str, list[BreakerStep]] = {
-    "open refuses during the cool-down": [
-        (0.0, "admit", "a", False),
-        (4.9, "admit", "a", False),
-    ],
-    "after the cool-down exactly one trial is let in": [
-        (5.0, "admit", "trial", True),
-        (5.0, "admit", "other", False),
-        (9.9, "admit", "other", False),
-    ],
-    "the trial's success closes": [
-        (5.0, "admit", "trial", True),
-        (6.0, "record+", "trial", BreakerState.CLOSED),
-        (6.0, "admit", "other", True),
-    ],
-    "the trial's failure re-opens for a fresh cool-down": [
-        (5.0, "admit", "trial", True),
-        (6.0, "record-", "trial", BreakerState.OPEN),
-        (10.9, "admit", "other", False),
-        (11.0, "admit", "next-trial", True),
-    ],
-    "successes of calls in flight while open change nothing": [
-        (1.0, "record+", "s0", BreakerState.OPEN),
-        (5.0, "admit", "trial", True),
-        (6.0, "record+", "in-flight", BreakerState.HALF_OPEN),
-        (6.0, "admit", "other", False),
-        (7.0, "record-", "trial", BreakerState.OPEN),
-    ],
-    "a trial that never reports is given up after another cool-down": [
-        (5.0, "admit", "lost", True),
-        (9.9, "admit", "other", False),
-        (10.0, "admit", "second", True),
-        (10.5, "record+", "lost", BreakerState.HALF_OPEN),
-        (11.0, "record+", "second", BreakerState.CLOSED),
-    ],
-    "a forfeited trial lets the next caller in at once": [
-        (5.0, "admit", "trial", True),
-        (5.0, "forfeit", "trial", BreakerState.OPEN),
-        (5.0, "admit", "next", True),
-        (5.0, "forfeit", "someone-else", BreakerState.HALF_OPEN),
-    ],
-}
-
-
-@pytest.mark.parametrize("steps", BREAKER_TABLES.values(), ids=BREAKER_TABLES.keys())
-def test_circuit_breaker_state_machine(steps: list[BreakerStep]) -> None:
-    now = [0.0]
-    breaker = opened_breaker(now)
-    assert breaker.state is BreakerState.OPEN
-    for at, action, key, expected in steps:
-        now[0] = at
-        if action == "admit":
-            assert breaker.admit(key) is expected, (at, action, key)
-            continue
-        if action == "forfeit":
-            breaker.forfeit(key)
-        else:
-            breaker.record(key, action == "record+")
-        assert breaker.state is expected, (at, action, key)
-
-
-def test_circuit_breaker_opens_only_past_min_calls_and_the_error_rate() -> None:
-    breaker = CircuitBreaker(window=4, min_calls=4, max_error_rate=0.5, clock=lambda: 0.0)
-    seen: list[BreakerState] = []
-    # 3 failures: below min_calls; then 3 of 4 failed but a success cannot open it; then it opens
-    for n, ok in enumerate((False, False, False, True, False)):
-        breaker.record(f"s{n}", ok)
-        seen.append(breaker.state)
-    assert seen == [BreakerState.CLOSED] * 4 + [BreakerState.OPEN]
-    assert breaker.open and not breaker.admit("s5")
-
-
-async def test_slots_refuse_the_full_level_and_release_only_their_own() -> None:
-    cache = MemoryCache(ManualClock())
-    slots = Slots(cache.leases, platform=3, tenant=2, provider=3, model=3, ttl_ms=10_000)
-    a1 = await slots.acquire("a1", "ta", "local", "m")
-    a2 = await slots.acquire("a2", "ta", "local", "m")
-    assert isinstance(a1, list) and isinstance(a2, list)
-    assert await slots.acquire("a3", "ta", "local", "m") == Refusal("tenant")
-    b1 = await slots.acquire("b1", "tb", "local", "m")
-    assert isinstance(b1, list)
-    assert await slots.acquire("b2", "tb", "local", "m") == Refusal("platform")
-    await slots.release("intruder", a1)  # not the owner: nothing is freed
-    assert await slots.acquire("b2", "tb", "local", "m") == Refusal("platform")
-    await slots.release("a1", a1)
-    assert isinstance(await slots.acquire("b2", "tb", "local", "m"), list)
-
-
-async def test_slot_renewal_retakes_permits_the_cache_lost() -> None:
-    clock = ManualClock()
-    cache = MemoryCache(clock)
-    slots = Slots(cache.leases, platform=2, tenant=2, provider=2, model=2, ttl_ms=1_000)
-    held = await slots.acquire("a1", "ta", "local", "m")
-    assert isinstance(held, list)
-    await clock.advance(2_000)  # every permit expired (a cache restart looks the same)
+async def test_generation_slots_take_the_four_levels_under_their_old_permit_names() -> None:
+    """Generation's levels and limits come from its settings; the permit names are the ones
+    attempts stored before the slots moved to the backbone, so those still renew."""
+    settings = GenerationSettings(slots_platform=3, slots_tenant=1, slots_provider=3, slots_model=3)
+    hub = cast("Hub", SimpleNamespace(cache=MemoryCache(ManualClock())))  # build reads only .cache
+    slots = build(hub, settings, adapters=[]).slots
+    route = Route("local", "m", estimated_cost=1)
+    held = await slots.acquire("a1", slot_scopes("ta", route))
+    assert held == [
+        "slot:platform:0",
+        "slot:tenant:ta:0",
+        "slot:provider:local:0",
+        "slot:model:local:m:0",
+    ]
+    assert await slots.acquire("a2", slot_scopes("ta", route)) == Refusal("tenant")
     assert await slots.renew("a1", held) == held
-    other = await slots.acquire("a2", "ta", "local", "m")
-    assert isinstance(other, list) and set(other).isdisjoint(held)

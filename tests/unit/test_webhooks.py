@@ -11,9 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aigc_hub.pipelines.generation import webhooks
+from aigc_hub.core.errors import ConfigurationError, PermanentError
 from aigc_hub.pipelines.generation.config import GenerationSettings
-from aigc_hub.pipelines.generation.webhooks import VerifiedWebhook, WebhookVerificationError
+from aigc_hub.reliability import webhooks
+from aigc_hub.reliability.webhooks import (
+    VerifiedWebhook,
+    WebhookSecretError,
+    WebhookVerificationError,
+    WebhookVerifier,
+)
 
 # The test vector published with the Standard Webhooks reference libraries.
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -142,8 +148,26 @@ def test_the_published_vector_verifies_without_the_prefix() -> None:
 
 @pytest.mark.parametrize("bad", GARBAGE.values(), ids=GARBAGE.keys())
 def test_a_garbage_secret_is_a_configuration_error(bad: str) -> None:
-    with pytest.raises(ValueError, match="webhook secret"):
+    with pytest.raises(WebhookSecretError, match="webhook secret") as info:
         webhooks.decode_secret(bad)
+    # in the hub's error tree, and still a ValueError for callers that validate settings
+    assert isinstance(info.value, ConfigurationError) and isinstance(info.value, ValueError)
+    with pytest.raises(WebhookSecretError):
+        webhooks.StandardWebhooks([SECRET, bad])  # refused when built, not per delivery
+
+
+def test_the_standard_webhooks_verifier_checks_deliveries_against_all_its_secrets() -> None:
+    verifier: WebhookVerifier = webhooks.StandardWebhooks([webhooks.generate_secret(), SECRET])
+    assert verifier.verify(headers(), BODY, TIMESTAMP) == VerifiedWebhook(MSG_ID, TIMESTAMP)
+    with pytest.raises(WebhookVerificationError) as info:
+        verifier.verify(headers(), BODY + b" ", TIMESTAMP)
+    assert info.value.reason == "bad_signature"
+    assert isinstance(info.value, PermanentError)  # the same delivery never passes later
+    narrow = webhooks.StandardWebhooks([SECRET], tolerance_s=10)
+    with pytest.raises(WebhookVerificationError, match="timestamp_out_of_window"):
+        narrow.verify(headers(), BODY, TIMESTAMP + 11)
+    with pytest.raises(ConfigurationError, match="tolerance"):
+        webhooks.StandardWebhooks([SECRET], tolerance_s=-1)
 
 
 @pytest.mark.parametrize("setting", ["LOCAL_WEBHOOK_SECRETS", "REPLICATE_WEBHOOK_SECRETS"])

@@ -90,8 +90,8 @@ def serve(
     """Serve the local provider's job API until Ctrl-C (see docs/providers.md)."""
     import uvicorn
 
-    from aigc_hub.pipelines.generation import webhooks
     from aigc_hub.pipelines.generation.local_provider.app import ProviderConfig, create_app
+    from aigc_hub.reliability import webhooks
 
     if render_mode not in ("ffmpeg", "instant"):
         common.fail(
@@ -102,7 +102,7 @@ def serve(
         common.console().print(f"webhook secret: {webhook_secret}")
     try:
         webhooks.decode_secret(webhook_secret)  # refused before listening, never per webhook
-    except ValueError as exc:
+    except webhooks.WebhookSecretError as exc:
         common.fail(
             f"--webhook-secret (AIGC_HUB_PROVIDER_WEBHOOK_SECRET): {exc}", common.ExitCode.USAGE
         )

@@ -1,1 +1,2 @@
-"""Reliability patterns, each implemented once: outbox + relay, inbox, DLQ, redelivery, leases."""
+"""Reliability patterns, each implemented once: outbox + relay, inbox, DLQ, redelivery, leases,
+and those pipelines share: circuit breaker, webhook verification, slots."""

@@ -18,9 +18,10 @@ from fastapi import APIRouter, Request
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.interfaces.http import kit
 from aigc_hub.interfaces.http.kit import Problem
-from aigc_hub.pipelines.generation import events, webhooks
+from aigc_hub.pipelines.generation import events
 from aigc_hub.pipelines.generation.models import callback_events, provider_jobs
 from aigc_hub.pipelines.generation.wiring import generation_of
+from aigc_hub.reliability import webhooks
 from aigc_hub.store.dialects import dialect_of
 
 router = APIRouter(prefix="/callbacks", tags=["callbacks"])
@@ -79,7 +80,8 @@ async def receive(provider: str, request: Request) -> dict[str, Any]:
     if not secrets:
         raise Problem(401, "webhooks from this provider are not accepted", slug="bad-webhook")
     try:
-        verified = webhooks.verify(secrets, request.headers, body, hub.clock.now_ms() / 1000)
+        verifier: webhooks.WebhookVerifier = webhooks.StandardWebhooks(secrets)
+        verified = verifier.verify(request.headers, body, hub.clock.now_ms() / 1000)
     except webhooks.WebhookVerificationError as exc:
         raise Problem(401, f"webhook refused: {exc.reason}", slug="bad-webhook") from None
     adapter = gen.providers.get(provider)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from aigc_hub.pipelines.generation import webhooks
+from aigc_hub.reliability import webhooks
 
 ENV_PREFIX = "AIGC_HUB_GEN_"
 
@@ -112,7 +112,7 @@ class GenerationSettings(BaseSettings):
         for n, secret in enumerate(_split(value), start=1):
             try:
                 webhooks.decode_secret(secret)
-            except ValueError as exc:
+            except webhooks.WebhookSecretError as exc:
                 env = f"{ENV_PREFIX}{info.field_name}".upper()
                 raise ValueError(f"{env}: secret {n}: {exc}") from None
         return value

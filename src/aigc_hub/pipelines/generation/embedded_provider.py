@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from aigc_hub.pipelines.generation import webhooks, wiring
+from aigc_hub.pipelines.generation import wiring
 from aigc_hub.pipelines.generation.config import GenerationSettings
+from aigc_hub.reliability import webhooks
 
 if TYPE_CHECKING:
     from aigc_hub.bootstrap import Hub

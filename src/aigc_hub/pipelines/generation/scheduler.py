@@ -36,10 +36,11 @@ from aigc_hub.core.errors import StaleTransition
 from aigc_hub.pipelines.generation import events, lifecycle
 from aigc_hub.pipelines.generation.adapters.base import CapabilityError
 from aigc_hub.pipelines.generation.models import generation_tasks, task_attempts
+from aigc_hub.pipelines.generation.providers import Route
 from aigc_hub.pipelines.generation.requests import request_of
-from aigc_hub.pipelines.generation.slots import Refusal
 from aigc_hub.pipelines.generation.states import ACTIVE_AT_PROVIDER, TaskStatus
 from aigc_hub.pipelines.generation.wiring import Generation, generation_of
+from aigc_hub.reliability.slots import Refusal
 from aigc_hub.runtime.context import Checkpoint, checkpoint
 from aigc_hub.store.engine import reader
 
@@ -173,6 +174,17 @@ async def _pass(hub: Hub, gen: Generation, record: Checkpoint) -> int:
     return dispatched
 
 
+def slot_scopes(tenant_id: str, route: Route) -> list[tuple[str, str]]:
+    """The permits an attempt on ``route`` holds (seed 004 §3.5.4): one of the platform's, its
+    tenant's, its provider's and its provider model's."""
+    return [
+        ("platform", ""),
+        ("tenant", tenant_id),
+        ("provider", route.provider),
+        ("model", f"{route.provider}:{route.model}"),
+    ]
+
+
 async def _dispatch(hub: Hub, gen: Generation, task_id: str, record: Checkpoint) -> str:
     """Try to dispatch one task: "dispatched", "gone", "no_route" or the full level's name."""
     async with reader(hub.engine) as conn:
@@ -187,7 +199,7 @@ async def _dispatch(hub: Hub, gen: Generation, task_id: str, record: Checkpoint)
     if route is None:
         return "no_route"
     breaker = gen.providers.breakers[route.provider]
-    taken = await gen.slots.acquire(attempt_id, task["tenant_id"], route.provider, route.model)
+    taken = await gen.slots.acquire(attempt_id, slot_scopes(task["tenant_id"], route))
     if isinstance(taken, Refusal):
         breaker.forfeit(attempt_id)
         return taken.level

@@ -18,7 +18,7 @@ from aigc_hub.pipelines.generation.adapters.base import ProviderAdapter
 from aigc_hub.pipelines.generation.config import GenerationSettings
 from aigc_hub.pipelines.generation.probe import VideoInfo, probe_video
 from aigc_hub.pipelines.generation.providers import Providers
-from aigc_hub.pipelines.generation.slots import Slots
+from aigc_hub.reliability.slots import Slots
 
 if TYPE_CHECKING:
     from aigc_hub.bootstrap import Hub
@@ -136,10 +136,12 @@ def build(
         providers=Providers(adapters if adapters is not None else default_adapters(settings)),
         slots=Slots(
             hub.cache.leases,
-            platform=settings.slots_platform,
-            tenant=settings.slots_tenant,
-            provider=settings.slots_provider,
-            model=settings.slots_model,
+            {
+                "platform": settings.slots_platform,
+                "tenant": settings.slots_tenant,
+                "provider": settings.slots_provider,
+                "model": settings.slots_model,
+            },
             ttl_ms=int(settings.slot_ttl_s * 1000),
         ),
         probe=probe,

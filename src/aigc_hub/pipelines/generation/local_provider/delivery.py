@@ -18,8 +18,8 @@ from typing import Any
 
 import httpx
 
-from aigc_hub.pipelines.generation import webhooks
 from aigc_hub.pipelines.generation.local_provider.faults import FaultState
+from aigc_hub.reliability import webhooks
 
 log = logging.getLogger(__name__)
 EVENT_TYPE = "job.updated"

@@ -1,4 +1,6 @@
-"""Standard Webhooks signing and verification (https://www.standardwebhooks.com), stdlib only.
+"""Webhook verification: a small :class:`WebhookVerifier` protocol every signing scheme
+implements, and the one scheme implemented here, Standard Webhooks
+(https://www.standardwebhooks.com; Replicate signs this way too), stdlib only.
 
 A delivery carries three headers: ``webhook-id`` (the same for every retry of one event, so
 receivers can drop duplicates), ``webhook-timestamp`` (epoch seconds of this attempt) and
@@ -7,8 +9,10 @@ receivers can drop duplicates), ``webhook-timestamp`` (epoch seconds of this att
 optional, as in the reference library); a receiver holds several while a secret rotates and
 accepts a delivery signed by any of them.
 
-:func:`verify` raises :class:`WebhookVerificationError` with a stable ``reason`` for every
-missing, malformed, stale or forged delivery, and nothing else on any headers or body.
+:func:`verify` (and :class:`StandardWebhooks`, the same as a verifier value) raises
+:class:`WebhookVerificationError` with a stable ``reason`` for every missing, malformed, stale
+or forged delivery, and nothing else on any headers or body. A malformed secret is
+configuration: :class:`WebhookSecretError`.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ import hmac
 import secrets as _secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, Protocol
+
+from aigc_hub.core.errors import ConfigurationError, PermanentError
 
 ID_HEADER: Final = "webhook-id"
 TIMESTAMP_HEADER: Final = "webhook-timestamp"
@@ -36,12 +42,16 @@ _MAX_TIMESTAMP_DIGITS = 12
 Reason = Literal["missing_header", "malformed_header", "timestamp_out_of_window", "bad_signature"]
 
 
-class WebhookVerificationError(Exception):
+class WebhookVerificationError(PermanentError):
     """The delivery is not a genuine, fresh webhook; ``reason`` is a stable machine word."""
 
     def __init__(self, reason: Reason, detail: str = "") -> None:
         self.reason: Reason = reason
         super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+class WebhookSecretError(ConfigurationError, ValueError):
+    """A webhook secret is not a usable key (the message never contains the secret)."""
 
 
 @dataclass(frozen=True)
@@ -52,29 +62,39 @@ class VerifiedWebhook:
     timestamp: int
 
 
+class WebhookVerifier(Protocol):
+    """One signing scheme with its keys: checks a delivery, or says why it is not genuine."""
+
+    def verify(self, headers: Mapping[str, str], body: bytes, now_s: float) -> VerifiedWebhook:
+        """The id and time ``headers`` and ``body`` prove at ``now_s`` (epoch seconds);
+        raises :class:`WebhookVerificationError`, and nothing else, when not genuine."""
+        ...
+
+
 def generate_secret(n_bytes: int = 32) -> str:
     """A fresh random secret in the ``whsec_<base64>`` form."""
     return SECRET_PREFIX + base64.b64encode(_secrets.token_bytes(n_bytes)).decode()
 
 
 def decode_secret(secret: str) -> bytes:
-    """The HMAC key of a secret; raises ValueError (never naming the secret) when not one.
+    """The HMAC key of a secret; raises WebhookSecretError (a ValueError, never naming the
+    secret) when not one.
 
     Accepts what the Standard Webhooks reference library accepts: base64 with or without the
     ``whsec_`` prefix, padded or not. Stricter on one point: a character outside the base64
     alphabet is refused, where the reference drops it silently and so signs with another key.
     """
     if not isinstance(secret, str):
-        raise ValueError("a webhook secret is a string: 'whsec_<base64>'")
+        raise WebhookSecretError("a webhook secret is a string: 'whsec_<base64>'")
     encoded = secret.removeprefix(SECRET_PREFIX).rstrip("=")
     try:
         key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
     except (binascii.Error, ValueError):
-        raise ValueError(
+        raise WebhookSecretError(
             "a webhook secret is base64 (the 'whsec_' prefix and '=' padding optional)"
         ) from None
     if not key:
-        raise ValueError("a webhook secret's key is empty")
+        raise WebhookSecretError("a webhook secret's key is empty")
     return key
 
 
@@ -160,7 +180,7 @@ def verify(
     ``missing_header``, ``malformed_header`` (also: one of the three headers sent more than
     once), ``timestamp_out_of_window`` (older or newer
     than ``tolerance_s`` around ``now_s``) or ``bad_signature``. Signatures are compared in
-    constant time. ``secrets`` are configuration: a malformed one raises ValueError.
+    constant time. ``secrets`` are configuration: a malformed one raises WebhookSecretError.
     """
     keys = [decode_secret(s) for s in secrets]
     msg_id = _header(headers, ID_HEADER)
@@ -185,3 +205,23 @@ def verify(
     if not matched:
         raise WebhookVerificationError("bad_signature")
     return VerifiedWebhook(id=msg_id, timestamp=timestamp)
+
+
+@dataclass(frozen=True)
+class StandardWebhooks:
+    """The Standard Webhooks :class:`WebhookVerifier` for a set of secrets (several while one
+    rotates); a malformed secret raises :class:`WebhookSecretError` here, not per delivery."""
+
+    secrets: Sequence[str]
+    tolerance_s: int = DEFAULT_TOLERANCE_S
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "secrets", tuple(self.secrets))  # frozen: no caller's list
+        if self.tolerance_s < 0:
+            raise ConfigurationError(f"webhook tolerance must be >= 0 s, got {self.tolerance_s}")
+        for secret in self.secrets:
+            decode_secret(secret)
+
+    def verify(self, headers: Mapping[str, str], body: bytes, now_s: float) -> VerifiedWebhook:
+        """See :func:`verify`: the delivery checked against every secret of this verifier."""
+        return verify(self.secrets, headers, body, now_s, self.tolerance_s)
