@@ -8,7 +8,7 @@ guarded update, so a move not in the table never reaches the database. Pure: no 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -25,6 +25,10 @@ class TransitionNotAllowed(StaleTransition):
         self.current = current
         self.target = target
         super().__init__(f"{machine}: {current} -> {target} is not allowed")
+
+
+def _names(states: Iterable[enum.StrEnum]) -> list[str]:
+    return sorted(s.value for s in states)
 
 
 @dataclass(frozen=True)
@@ -47,14 +51,14 @@ class StateMachine(Generic[S]):
         enum_type = type(next(iter(states)))
         missing = set(enum_type) - states
         if missing:
-            raise ValueError(f"{self.name}: no entry for {sorted(missing)}")
+            raise ValueError(f"{self.name}: no entry for {_names(missing)}")
         for current, targets in self.moves.items():
             unknown = targets - states
             if unknown:
-                raise ValueError(f"{self.name}: {current} moves to unknown {sorted(unknown)}")
+                raise ValueError(f"{self.name}: {current} moves to unknown {_names(unknown)}")
         for end in self.terminal:
             if self.moves.get(end):
-                raise ValueError(f"{self.name}: terminal {end} has moves {sorted(self.moves[end])}")
+                raise ValueError(f"{self.name}: terminal {end} has moves {_names(self.moves[end])}")
         sources = {s: frozenset(a for a, nexts in self.moves.items() if s in nexts) for s in states}
         # frozen dataclass: the reverse table is computed once, here.
         object.__setattr__(self, "_sources", sources)

@@ -136,6 +136,8 @@ async def move(
     then. ``record`` holds the caller's history columns; ``announce(version)`` builds the
     events (e.g. a notification) returned in :class:`Moved`.
     """
+    if kind.history is None and record:
+        raise ValueError(f"{kind.table.name} keeps no history: record must be empty")
     kind.machine.check(current, to)
     if kind.version_column is None:
         if seen_version is not None:
@@ -163,8 +165,6 @@ async def move(
                 _history_row(kind.history, current, to, version, record)
             )
         )
-    elif record:
-        raise ValueError(f"{kind.table.name} keeps no history: record must be empty")
     events = tuple(announce(version)) if announce is not None else ()
     return Moved(current, to, version, events)
 
