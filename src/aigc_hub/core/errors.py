@@ -5,7 +5,9 @@
     HubError
     ├── RetryableError          a failure that may pass if tried again (timeouts, 5xx, locks)
     │   └── StaleTransition     a guarded update matched no row: re-read, then decide again
+    │       └── TransitionNotAllowed  (core.states) the state machine forbids the move
     ├── PermanentError          a failure that no retry can fix: straight to the DLQ
+    │   ├── InsufficientFunds   (reliability.ledger) a hold larger than the account's balance
     │   ├── EnvelopeError       bytes that are not a valid envelope (names the field)
     │   └── SchemaError         unknown event type or version, or an invalid payload
     ├── ConfigurationError      settings or wiring that cannot work

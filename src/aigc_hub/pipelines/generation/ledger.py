@@ -1,10 +1,9 @@
-"""Credits: an append-only ledger with one business key per action (seed 004 §3.8.5).
+"""Credits: generation's rules on the backbone's append-only ledger (seed 004 §3.8.5).
 
-Every movement is a ``credit_ledger`` row whose ``(business_type, business_id)`` is unique, so
-a retried settle or release is a no-op rather than a second charge. ``credit_accounts``
-holds each tenant's available credits, the running sum of its rows' ``balance_delta``,
-updated in the same transaction as the row: a reservation is one guarded update
-(``available >= amount``), race-free on SQLite and PostgreSQL alike.
+The ledger itself (unique business keys, balance as the sum, the guarded hold) is
+:mod:`aigc_hub.reliability.ledger`; this module keeps what is generation's: the
+``credit_ledger`` / ``credit_accounts`` tables, the entry types and their business keys
+(``generation.<type>`` + the task or grant id), and the open-reservation sum.
 
 Effects on available credits: GRANT +x, RESERVE -reserved, SETTLE +(reserved - actual),
 RELEASE +reserved, REFUND +x, COMPENSATE +x.
@@ -18,11 +17,13 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from aigc_hub.core.errors import PermanentError
 from aigc_hub.pipelines.generation.models import credit_accounts, credit_ledger
-from aigc_hub.store.dialects import dialect_of
+from aigc_hub.reliability.ledger import Entry, InsufficientFunds, Ledger, LedgerTables
 
 UNIT = "credit"
+
+#: The backbone ledger over generation's own tables (the account is the tenant).
+CREDITS = Ledger(LedgerTables(credit_ledger, credit_accounts, account_column="tenant_id"))
 
 
 class EntryType(enum.StrEnum):
@@ -34,13 +35,11 @@ class EntryType(enum.StrEnum):
     COMPENSATE = "COMPENSATE"
 
 
-class InsufficientCredits(PermanentError):
+class InsufficientCredits(InsufficientFunds):
     """The tenant has fewer available credits than the task would reserve."""
 
     def __init__(self, available: int, required: int) -> None:
-        self.available = available
-        self.required = required
-        super().__init__(f"{required} credits required, {available} available")
+        super().__init__(available, required, unit="credits")
 
 
 @dataclass(frozen=True)
@@ -56,6 +55,33 @@ def _business_key(kind: EntryType, task_or_grant_id: str) -> tuple[str, str]:
     return f"generation.{kind.value.lower()}", task_or_grant_id
 
 
+def _entry(
+    kind: EntryType,
+    business_id: str,
+    *,
+    tenant_id: str,
+    amount: int,
+    delta: int,
+    task_id: str | None = None,
+    user_id: str | None = None,
+) -> Entry:
+    business_type, business_id = _business_key(kind, business_id)
+    return Entry(
+        account=tenant_id,
+        kind=kind.value,
+        business_type=business_type,
+        business_id=business_id,
+        amount=amount,
+        delta=delta,
+        extra={
+            "user_id": user_id,
+            "task_id": task_id,
+            "currency_or_credit": UNIT,
+            "status": "posted",
+        },
+    )
+
+
 async def _append(
     conn: AsyncConnection,
     *,
@@ -66,59 +92,12 @@ async def _append(
     delta: int,
     now_ms: int,
     task_id: str | None = None,
-    user_id: str | None = None,
 ) -> bool:
-    """Insert one ledger row unless its business key exists; move the account with it."""
-    if amount < 0:
-        raise ValueError("ledger amounts are never negative; the entry type gives the sign")
-    business_type, business_id = _business_key(kind, business_id)
-    inserted = (
-        await conn.execute(
-            dialect_of(conn)
-            .insert(credit_ledger)
-            .values(
-                tenant_id=tenant_id,
-                user_id=user_id,
-                task_id=task_id,
-                business_type=business_type,
-                business_id=business_id,
-                type=kind.value,
-                amount=amount,
-                balance_delta=delta,
-                currency_or_credit=UNIT,
-                status="posted",
-                created_at=now_ms,
-            )
-            .on_conflict_do_nothing()
-            .returning(credit_ledger.c.id)
-        )
-    ).scalar_one_or_none()
-    if inserted is None:
-        return False
-    if delta:
-        await _move_account(conn, tenant_id, delta, now_ms)
-    return True
-
-
-async def _move_account(conn: AsyncConnection, tenant_id: str, delta: int, now_ms: int) -> None:
-    moved = (
-        await conn.execute(
-            sa.update(credit_accounts)
-            .where(credit_accounts.c.tenant_id == tenant_id)
-            .values(available=credit_accounts.c.available + delta, updated_at=now_ms)
-            .returning(credit_accounts.c.tenant_id)
-        )
-    ).scalar_one_or_none()
-    if moved is None:
-        await conn.execute(
-            dialect_of(conn)
-            .insert(credit_accounts)
-            .values(tenant_id=tenant_id, available=delta, updated_at=now_ms)
-            .on_conflict_do_update(
-                index_elements=[credit_accounts.c.tenant_id],
-                set_={"available": credit_accounts.c.available + delta, "updated_at": now_ms},
-            )
-        )
+    """Write one entry unless its business key exists; the account moves with it."""
+    entry = _entry(
+        kind, business_id, tenant_id=tenant_id, amount=amount, delta=delta, task_id=task_id
+    )
+    return await CREDITS.append(conn, entry, now_ms=now_ms)
 
 
 async def grant(
@@ -140,31 +119,7 @@ async def grant(
 
 async def grant_recipient(conn: AsyncConnection, grant_id: str) -> str | None:
     """The tenant that ``grant_id`` was granted to, or None when it was never used."""
-    business_type, business_id = _business_key(EntryType.GRANT, grant_id)
-    return (
-        await conn.execute(
-            sa.select(credit_ledger.c.tenant_id).where(
-                credit_ledger.c.business_type == business_type,
-                credit_ledger.c.business_id == business_id,
-            )
-        )
-    ).scalar_one_or_none()
-
-
-#: The guarded hold: takes ``amount`` only while that much is available (built once: the
-#: API's hot path).
-_TAKE = (
-    sa.update(credit_accounts)
-    .where(
-        credit_accounts.c.tenant_id == sa.bindparam("tenant"),
-        credit_accounts.c.available >= sa.bindparam("amount"),
-    )
-    .values(
-        available=credit_accounts.c.available - sa.bindparam("amount"),
-        updated_at=sa.bindparam("now"),
-    )
-    .returning(credit_accounts.c.available)
-)
+    return await CREDITS.account_of(conn, *_business_key(EntryType.GRANT, grant_id))
 
 
 async def reserve(
@@ -177,35 +132,19 @@ async def reserve(
     user_id: str | None = None,
 ) -> None:
     """Hold ``amount`` for ``task_id``; raises :class:`InsufficientCredits` (nothing written)."""
-    took = (
-        await conn.execute(_TAKE, {"tenant": tenant_id, "amount": amount, "now": now_ms})
-    ).scalar_one_or_none()
-    if took is None:
-        available = (
-            await conn.execute(
-                sa.select(credit_accounts.c.available).where(
-                    credit_accounts.c.tenant_id == tenant_id
-                )
-            )
-        ).scalar_one_or_none()
-        raise InsufficientCredits(int(available or 0), amount)
-    business_type, business_id = _business_key(EntryType.RESERVE, task_id)
-    await conn.execute(
-        credit_ledger.insert(),
-        {
-            "tenant_id": tenant_id,
-            "user_id": user_id,
-            "task_id": task_id,
-            "business_type": business_type,
-            "business_id": business_id,
-            "type": EntryType.RESERVE.value,
-            "amount": amount,
-            "balance_delta": -amount,
-            "currency_or_credit": UNIT,
-            "status": "posted",
-            "created_at": now_ms,
-        },
+    entry = _entry(
+        EntryType.RESERVE,
+        task_id,
+        tenant_id=tenant_id,
+        amount=amount,
+        delta=-amount,
+        task_id=task_id,
+        user_id=user_id,
     )
+    try:
+        await CREDITS.hold(conn, entry, now_ms=now_ms)
+    except InsufficientFunds as exc:
+        raise InsufficientCredits(exc.available, exc.required) from None
 
 
 async def settle(
@@ -285,18 +224,6 @@ async def compensate(
 
 async def balance(conn: AsyncConnection, tenant_id: str) -> Balance:
     """The tenant's available credits, open reservations, and the ledger's own sum."""
-    available = (
-        await conn.execute(
-            sa.select(credit_accounts.c.available).where(credit_accounts.c.tenant_id == tenant_id)
-        )
-    ).scalar_one_or_none()
-    ledger_sum = (
-        await conn.execute(
-            sa.select(sa.func.coalesce(sa.func.sum(credit_ledger.c.balance_delta), 0)).where(
-                credit_ledger.c.tenant_id == tenant_id
-            )
-        )
-    ).scalar_one()
     closed = sa.select(credit_ledger.c.task_id).where(
         credit_ledger.c.tenant_id == tenant_id,
         credit_ledger.c.type.in_([EntryType.SETTLE.value, EntryType.RELEASE.value]),
@@ -310,4 +237,8 @@ async def balance(conn: AsyncConnection, tenant_id: str) -> Balance:
             )
         )
     ).scalar_one()
-    return Balance(int(available or 0), int(reserved), int(ledger_sum))
+    return Balance(
+        await CREDITS.available(conn, tenant_id),
+        int(reserved),
+        await CREDITS.total(conn, tenant_id),
+    )

@@ -1,9 +1,12 @@
-"""How a task changes state: one guarded update, its history row, its ledger action and its
-notification, all in the caller's transaction (seed 004 §3.5.1, §3.8.2).
+"""How a task or an attempt changes state: the backbone's transition-with-history helper
+(:func:`aigc_hub.store.transitions.move`) with generation's tables, plus generation's rule
+of what closes the ledger on which terminal state (seed 004 §3.5.1, §3.8.2).
 
 Callers read the task, decide, and call :func:`move` with the status and version they read;
 if another writer moved the task first the update matches nothing and
 :class:`~aigc_hub.core.errors.StaleTransition` is raised: re-read, then decide again.
+Attempts move through :func:`move_attempt`, guarded by their status (they keep no version
+and no history of their own).
 """
 
 from __future__ import annotations
@@ -15,14 +18,20 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from aigc_hub.core.envelope import Envelope
-from aigc_hub.core.errors import StaleTransition
 from aigc_hub.pipelines.generation import ledger
-from aigc_hub.pipelines.generation.models import generation_tasks, task_events
-from aigc_hub.pipelines.generation.states import STAGE, TaskStatus, can_move
+from aigc_hub.pipelines.generation.models import generation_tasks, task_attempts, task_events
+from aigc_hub.pipelines.generation.states import ATTEMPTS, STAGE, TASKS, AttemptStatus, TaskStatus
 from aigc_hub.reliability.notifications import Notification, notification_envelope
-from aigc_hub.store.transitions import transition
+from aigc_hub.store import transitions
+from aigc_hub.store.transitions import History, Stateful
 
 SUBJECT = "generation_task"
+
+#: Tasks: versioned, every move recorded in ``task_events`` (the console's timeline).
+TASK_ROWS = Stateful(generation_tasks, TASKS, history=History(task_events))
+
+#: Attempts: no ``status_version`` column and no history table of their own.
+ATTEMPT_ROWS = Stateful(task_attempts, ATTEMPTS, history=None, version_column=None)
 
 
 async def load(conn: AsyncConnection, task_id: str) -> dict[str, Any] | None:
@@ -50,44 +59,69 @@ async def move(
     Terminal states close the ledger in the same transaction (:func:`close_ledger`).
     """
     current = TaskStatus(task["status"])
-    if not can_move(current, to):
-        raise StaleTransition(f"task {task['id']}: {current} -> {to} is not allowed")
     changes: dict[str, Any] = {"updated_at": now_ms, "deadline_at": deadline_ms, **(values or {})}
     if to.terminal:
         changes["terminal_at"] = now_ms
         changes["deadline_at"] = None
     if to is TaskStatus.QUEUED:
         changes["queued_at"] = now_ms
-    version = await transition(
+    moved = await transitions.move(
         conn,
-        generation_tasks,
+        TASK_ROWS,
         task["id"],
-        to=to.value,
-        allowed_from=[current.value],
+        current=current,
+        to=to,
         seen_version=int(task["status_version"]),
         values=changes,
-    )
-    await conn.execute(
-        task_events.insert().values(
-            task_id=task["id"],
-            tenant_id=task["tenant_id"],
-            from_status=current.value,
-            to_status=to.value,
-            status_version=version,
-            cause=cause,
-            cause_id=cause_env.event_id if cause_env is not None else None,
-            detail=dict(detail or {}),
-            at=now_ms,
-        )
+        record={
+            "task_id": task["id"],
+            "tenant_id": task["tenant_id"],
+            "cause": cause,
+            "cause_id": cause_env.event_id if cause_env is not None else None,
+            "detail": dict(detail or {}),
+            "at": now_ms,
+        },
+        announce=lambda version: [
+            status_notification(
+                task, to, version, now_ms, cause_env=cause_env, progress=changes.get("progress")
+            )
+        ],
     )
     if to.terminal:
         actual_cost = changes.get("actual_cost", task["actual_cost"])
         await close_ledger(conn, task, to, now_ms, actual_cost=actual_cost)
-    return [
-        status_notification(
-            task, to, version, now_ms, cause_env=cause_env, progress=changes.get("progress")
+    return list(moved.events)
+
+
+async def move_attempt(
+    conn: AsyncConnection,
+    attempt_id: str,
+    to: AttemptStatus,
+    *,
+    values: Mapping[str, Any] | None = None,
+) -> bool:
+    """Move attempt ``attempt_id`` to ``to`` as it stands now; False when it already is there
+    (a repeated observation) or does not exist.
+
+    Raises :class:`~aigc_hub.core.states.TransitionNotAllowed` for a move its machine forbids.
+    """
+    status = (
+        await conn.execute(
+            sa.select(task_attempts.c.status).where(task_attempts.c.id == attempt_id)
         )
-    ]
+    ).scalar_one_or_none()
+    if status is None or status == to.value:
+        return False
+    await transitions.move(
+        conn,
+        ATTEMPT_ROWS,
+        attempt_id,
+        current=AttemptStatus(status),
+        to=to,
+        seen_version=None,
+        values=values,
+    )
+    return True
 
 
 async def close_ledger(

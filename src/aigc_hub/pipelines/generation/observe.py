@@ -18,7 +18,7 @@ from aigc_hub.core.envelope import Envelope
 from aigc_hub.pipelines.generation import events, lifecycle
 from aigc_hub.pipelines.generation.adapters.base import NormalizedStatus
 from aigc_hub.pipelines.generation.models import generation_tasks, provider_jobs, task_attempts
-from aigc_hub.pipelines.generation.states import TaskStatus
+from aigc_hub.pipelines.generation.states import AttemptStatus, TaskStatus
 from aigc_hub.pipelines.generation.wiring import Generation
 from aigc_hub.store.dialects import dialect_of
 
@@ -67,7 +67,7 @@ async def apply(
         await _update_job(conn, job, obs, now_ms, gen)
     settings = gen.settings
     if seen in (N.ACCEPTED, N.RUNNING):
-        await _attempt_status(conn, obs.attempt_id, S.SUBMITTED.value)
+        await lifecycle.move_attempt(conn, obs.attempt_id, AttemptStatus.SUBMITTED)
         target = S.RUNNING if seen is N.RUNNING else S.SUBMITTED
         if status is S.CANCEL_REQUESTED:
             return out  # still waiting for the provider to stop
@@ -106,7 +106,7 @@ async def apply(
             deadline_ms=deadline,
         )
     if seen is N.SUCCEEDED:
-        await _attempt_status(conn, obs.attempt_id, "SUCCEEDED")
+        await lifecycle.move_attempt(conn, obs.attempt_id, AttemptStatus.SUCCEEDED)
         notes = await lifecycle.move(
             conn,
             task,
@@ -126,7 +126,7 @@ async def apply(
         await release_slots(conn, gen, obs.attempt_id)
         return [*notes, fetch, _wake(cause, task["tenant_id"])]
     if seen in (N.FAILED, N.CANCELED):
-        await _attempt_status(conn, obs.attempt_id, seen.value)
+        await lifecycle.move_attempt(conn, obs.attempt_id, AttemptStatus(seen.value))
         if status in (S.CANCEL_REQUESTED,):  # the tenant asked, the provider stopped
             target, values = S.CANCELED, {}
         elif seen is N.CANCELED:
@@ -167,7 +167,7 @@ async def _not_accepted(
     """The provider confirms it never took this attempt: only now may another one start."""
     if status not in (S.DISPATCHING, S.SUBMIT_UNKNOWN, S.CANCEL_REQUESTED):
         return []
-    await _attempt_status(conn, obs.attempt_id, "NOT_ACCEPTED")
+    await lifecycle.move_attempt(conn, obs.attempt_id, AttemptStatus.NOT_ACCEPTED)
     await release_slots(conn, gen, obs.attempt_id)
     wake = _wake(cause, task["tenant_id"])
     if status is S.CANCEL_REQUESTED:
@@ -210,12 +210,6 @@ async def _job(conn: AsyncConnection, attempt_id: str) -> Mapping[str, Any] | No
         await conn.execute(sa.select(provider_jobs).where(provider_jobs.c.attempt_id == attempt_id))
     ).first()
     return None if row is None else dict(row._mapping)
-
-
-async def _attempt_status(conn: AsyncConnection, attempt_id: str, status: str) -> None:
-    await conn.execute(
-        sa.update(task_attempts).where(task_attempts.c.id == attempt_id).values(status=status)
-    )
 
 
 def next_poll(gen: Generation, polls: int, now_ms: int, *, terminal: bool) -> int | None:

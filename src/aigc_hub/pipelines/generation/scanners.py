@@ -36,7 +36,7 @@ from aigc_hub.pipelines.generation.models import (
 )
 from aigc_hub.pipelines.generation.observe import release_slots
 from aigc_hub.pipelines.generation.scheduler import active_attempts, schedule
-from aigc_hub.pipelines.generation.states import TERMINAL, TaskStatus
+from aigc_hub.pipelines.generation.states import TERMINAL, AttemptStatus, TaskStatus
 from aigc_hub.pipelines.generation.wiring import generation_of
 from aigc_hub.reliability.scanners import Finding
 from aigc_hub.store.engine import reader
@@ -137,9 +137,7 @@ class DeadlineScanner:
             )
         except StaleTransition:
             return "skipped"
-        await conn.execute(
-            sa.update(task_attempts).where(task_attempts.c.id == attempt_id).values(status="FAILED")
-        )
+        await lifecycle.move_attempt(conn, attempt_id, AttemptStatus.FAILED)
         await release_slots(conn, generation_of(self.hub), attempt_id)
         freed = events.SlotFreed(tenant_id=task["tenant_id"]).model_dump()
         wake = Envelope.new(

@@ -38,7 +38,7 @@ from aigc_hub.pipelines.generation.adapters.base import CapabilityError
 from aigc_hub.pipelines.generation.models import generation_tasks, task_attempts
 from aigc_hub.pipelines.generation.providers import Route
 from aigc_hub.pipelines.generation.requests import request_of
-from aigc_hub.pipelines.generation.states import ACTIVE_AT_PROVIDER, TaskStatus
+from aigc_hub.pipelines.generation.states import ACTIVE_AT_PROVIDER, AttemptStatus, TaskStatus
 from aigc_hub.pipelines.generation.wiring import Generation, generation_of
 from aigc_hub.reliability.slots import Refusal
 from aigc_hub.runtime.context import Checkpoint, checkpoint
@@ -231,7 +231,7 @@ async def _dispatch(hub: Hub, gen: Generation, task_id: str, record: Checkpoint)
                 model=route.model,
                 dispatch_token=attempt_id,
                 provider_request_key=request_key,
-                status=TaskStatus.DISPATCHING.value,
+                status=AttemptStatus.DISPATCHING.value,
                 slots=taken,
                 created_at=now,
             )

@@ -1,12 +1,15 @@
-"""Task states and the transitions allowed between them (seed 004 §3.6–3.7).
+"""Task and attempt states and the moves allowed between them (seed 004 §3.6–3.7).
 
-A transition not in :data:`TRANSITIONS` never happens; a terminal state has no way out, so an
+Generation's tables for the backbone's :class:`~aigc_hub.core.states.StateMachine`: a
+transition not in :data:`TRANSITIONS` never happens; a terminal state has no way out, so an
 old event arriving after the end changes nothing.
 """
 
 from __future__ import annotations
 
 import enum
+
+from aigc_hub.core.states import StateMachine
 
 
 class TaskStatus(enum.StrEnum):
@@ -24,6 +27,7 @@ class TaskStatus(enum.StrEnum):
 
     @property
     def terminal(self) -> bool:
+        """True for a state the task never leaves."""
         return self in TERMINAL
 
 
@@ -86,10 +90,49 @@ STAGE: dict[TaskStatus, str] = {
 }
 
 
+#: The task's state machine (checked by every :func:`~.lifecycle.move`).
+TASKS = StateMachine("generation_task", TRANSITIONS, TERMINAL)
+
+
+class AttemptStatus(enum.StrEnum):
+    """Where one try at a provider stands (``task_attempts.status``)."""
+
+    DISPATCHING = "DISPATCHING"
+    SUBMIT_UNKNOWN = "SUBMIT_UNKNOWN"
+    SUBMITTED = "SUBMITTED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELED = "CANCELED"
+    NOT_ACCEPTED = "NOT_ACCEPTED"
+
+
+A = AttemptStatus
+
+#: How an attempt ends: the provider's final answer, or NOT_ACCEPTED when it confirms it
+#: never took the submit (only then may another attempt start).
+_ATTEMPT_ENDS = frozenset({A.SUCCEEDED, A.FAILED, A.CANCELED, A.NOT_ACCEPTED})
+
+#: The attempt's state machine; attempts keep no history table (the task's history tells).
+ATTEMPTS = StateMachine(
+    "generation_attempt",
+    {
+        A.DISPATCHING: frozenset({A.SUBMIT_UNKNOWN, A.SUBMITTED} | _ATTEMPT_ENDS),
+        A.SUBMIT_UNKNOWN: frozenset({A.SUBMITTED} | _ATTEMPT_ENDS),
+        A.SUBMITTED: _ATTEMPT_ENDS,
+        A.SUCCEEDED: frozenset(),
+        A.FAILED: frozenset(),
+        A.CANCELED: frozenset(),
+        A.NOT_ACCEPTED: frozenset(),
+    },
+    _ATTEMPT_ENDS,
+)
+
+
 def sources_of(target: TaskStatus) -> frozenset[TaskStatus]:
     """Every state from which ``target`` may be reached (the guarded update's ``allowed_from``)."""
-    return frozenset(s for s, nexts in TRANSITIONS.items() if target in nexts)
+    return TASKS.sources_of(target)
 
 
 def can_move(current: TaskStatus, target: TaskStatus) -> bool:
-    return target in TRANSITIONS[current]
+    """True when the task may move from ``current`` to ``target``."""
+    return TASKS.can(current, target)

@@ -28,7 +28,7 @@ from aigc_hub.pipelines.generation.adapters.base import (
 )
 from aigc_hub.pipelines.generation.models import provider_jobs, task_attempts
 from aigc_hub.pipelines.generation.requests import request_of
-from aigc_hub.pipelines.generation.states import TaskStatus
+from aigc_hub.pipelines.generation.states import AttemptStatus, TaskStatus
 from aigc_hub.pipelines.generation.wiring import Generation, generation_of
 from aigc_hub.reliability.outbox import Routed
 from aigc_hub.runtime.context import HandlerContext
@@ -160,10 +160,8 @@ def mark_unknown(hub: Hub, env: Envelope, d: events.AttemptDispatched, ctx: Hand
         task = await lifecycle.load(conn, d.task_id)
         if task is None or task["status"] != TaskStatus.DISPATCHING.value:
             return []
-        await conn.execute(
-            sa.update(task_attempts)
-            .where(task_attempts.c.id == d.attempt_id)
-            .values(status=TaskStatus.SUBMIT_UNKNOWN.value, unknown_since=now)
+        await lifecycle.move_attempt(
+            conn, d.attempt_id, AttemptStatus.SUBMIT_UNKNOWN, values={"unknown_since": now}
         )
         notes = await lifecycle.move(
             conn,
