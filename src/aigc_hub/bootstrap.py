@@ -24,7 +24,7 @@ from aigc_hub.core.errors import ConfigurationError
 from aigc_hub.core.failpoints import NONE, Failpoints
 from aigc_hub.core.retry import DELAYED, IN_PROCESS, RetryPolicy
 from aigc_hub.messaging.base import Broker
-from aigc_hub.messaging.catalog import TopicCatalog, seeded_catalog
+from aigc_hub.messaging.catalog import TopicCatalog, backbone_catalog
 from aigc_hub.pipeline import HandlerSpec, Pipeline
 from aigc_hub.reliability import notifications
 from aigc_hub.reliability.admission import AdmissionGate
@@ -90,7 +90,7 @@ class Hub:
             *(p for p in pipelines if p is not notifications.pipeline),
         ]
         self.clock = clock or SystemClock()
-        self.catalog = catalog or seeded_catalog()
+        self.catalog = catalog or backbone_catalog()
         self.failpoints = failpoints
         self.registry = SchemaRegistry.from_pipelines(self.pipelines)
         self.routes = EventRoutes()

@@ -87,6 +87,15 @@ def _checked(entry: str, target: object, attribute: str = "") -> Pipeline:
     if not isinstance(target, Pipeline):
         what = repr(attribute) if attribute else "it"
         raise _bad(entry, f"{what} is a {type(target).__name__}, not an aigc_hub Pipeline")
+    if target.settings is not None:
+        # One naming rule for every pipeline's environment: AIGC_HUB_<SHORT_NAME>_*.
+        declared = target.settings.model_config.get("env_prefix", "")
+        if declared.upper() != target.env_prefix:
+            raise _bad(
+                entry,
+                f"its settings class {target.settings.__name__} reads env prefix "
+                f"{declared!r}; pipeline {target.name!r} needs {target.env_prefix!r}",
+            )
     return target
 
 

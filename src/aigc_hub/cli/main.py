@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from aigc_hub.cli import api, common, db, dlq, gen, provider, run, schemas, tenants, topics
+from aigc_hub.cli import api, common, db, dlq, pipelines, provider, run, schemas, tenants, topics
 
 # Paragraphs are single lines: the help renderer keeps line breaks as they are.
 HELP = "\n\n".join(
@@ -63,7 +63,6 @@ app.add_typer(schemas.app, name="schemas")
 app.add_typer(topics.app, name="topics")
 app.add_typer(db.app, name="db")
 app.add_typer(dlq.app, name="dlq")
-app.add_typer(gen.app, name="gen")
 app.command("up")(run.up)
 app.command("relay")(run.relay)
 app.command("worker")(run.worker)
@@ -71,3 +70,5 @@ app.command("scan")(run.scan)
 app.add_typer(tenants.app, name="tenants")
 app.command("api")(api.api)
 app.add_typer(provider.app, name="provider")
+# Each pipeline's own group (`aigc-hub gen` for generation), declared in its folder.
+pipelines.mount(app)

@@ -16,9 +16,9 @@ import typer
 
 from aigc_hub import bootstrap
 from aigc_hub.cli import common, database
-from aigc_hub.media import tools as media_tools
 from aigc_hub.observability.exporter import start_exporter
 from aigc_hub.observability.logging import configure_logging
+from aigc_hub.pipeline import UpContext
 from aigc_hub.settings import Settings
 
 
@@ -54,8 +54,8 @@ async def _serve(
     try:
         await hub.start()
         if api:
-            # `up`: everything in one process, the local provider included
-            async with _generation(hub, settings):
+            # `up`: everything in one process, the pipelines' outside processes included
+            async with _up_hooks(hub, settings):
                 await _with_api(hub, settings, stop, groups=groups, relay=relay, scan=scan, lag=lag)
         else:
             await hub.run(stop, groups=groups, relay=relay, scan=scan, lag=lag)
@@ -98,26 +98,19 @@ async def _with_api(
 
 
 @contextlib.asynccontextmanager
-async def _generation(hub: bootstrap.Hub, settings: Settings) -> AsyncIterator[None]:
-    """Install the generation pipeline's settings and serve the local provider beside it."""
-    from aigc_hub.pipelines.generation.embedded_provider import embedded_provider
-
-    api_url = f"http://{settings.api_host}:{settings.api_port}"
-    async with embedded_provider(hub, settings.data_dir / "provider", api_url=api_url) as gen:
-        if gen is not None:
-            _warn_missing_media_tools()
-        if gen is not None and gen.run_local_provider:
-            common.console().print(f"local provider on {gen.local_provider_url}")
+async def _up_hooks(hub: bootstrap.Hub, settings: Settings) -> AsyncIterator[None]:
+    """Run every pipeline's ``up`` hooks (their outside processes) until the block ends."""
+    context = UpContext(
+        api_url=f"http://{settings.api_host}:{settings.api_port}",
+        data_dir=settings.data_dir,
+        say=common.console().print,
+        warn=common.report_warning,
+    )
+    async with contextlib.AsyncExitStack() as stack:
+        for pipeline in hub.pipelines:
+            for hook in pipeline.up_hooks:
+                await stack.enter_async_context(hook(hub, context))
         yield
-
-
-def _warn_missing_media_tools() -> None:
-    """One line at start when generation cannot render or probe clips on this machine."""
-    problems = media_tools.missing()
-    if problems:
-        common.report_warning(
-            "generation tasks cannot finish here: " + "; ".join(str(p) for p in problems)
-        )
 
 
 def _configure_logging(settings: Settings) -> None:

@@ -1,4 +1,4 @@
-"""``aigc-hub topics``: the topic catalog, seeded and declared by installed pipelines.
+"""``aigc-hub topics``: the topic catalog: the backbone's topics and the installed pipelines'.
 
 ``topics apply`` provisions the catalog on a Kafka cluster (``--dry-run`` only reports): it
 creates missing topics and reports existing ones that differ (it never changes them: Kafka
@@ -32,8 +32,8 @@ _UNITS_MS = (("d", catalog.DAY_MS), ("h", 3_600_000), ("min", 60_000), ("s", 100
 
 
 def merged_catalog(pipelines: Iterable[Pipeline]) -> catalog.TopicCatalog:
-    """The seeded catalog plus every topic the pipelines declare; a clash names its pipeline."""
-    merged = catalog.seeded_catalog()
+    """The backbone's topics plus every topic the pipelines declare; a clash names its pipeline."""
+    merged = catalog.backbone_catalog()
     for pipeline in pipelines:
         for spec in pipeline.topics:
             try:

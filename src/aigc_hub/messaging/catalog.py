@@ -1,10 +1,11 @@
-"""The topic catalog: every topic of the four seeds, declared once.
+"""The topic catalog: the backbone's own topics here; every pipeline declares its own.
 
-Partitions and retention follow the seeds' tables where they give them (seed 000 §9.1,
-seed 003 §2.2); where a seed names a topic without numbers (seed 002, seed 004 §3.5.3)
-we pick 12 partitions and 7 days, and say so in ``note``. ``profile`` selects the
-delivery road: ``reliable`` (outbox, inbox, ``acks=all``) or ``telemetry`` (at-most-once,
-batched, never billing).
+A pipeline declares its topics with ``Pipeline.topic`` in its folder; the hub and
+``aigc-hub topics`` merge them into this catalog, so only installed pipelines' topics exist.
+Partitions and retention follow the seeds' tables where they give them; where a seed names
+a topic without numbers we pick 12 partitions and 7 days, and say so in ``note``.
+``profile`` selects the delivery road: ``reliable`` (outbox, inbox, ``acks=all``) or
+``telemetry`` (at-most-once, batched, never billing).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ DAY_MS = 24 * 3600 * 1000
 DLQ_TOPIC = "topic.system.dlq"
 #: Seed 000's retry topic; the runtime parks failing keys and re-publishes to it.
 RETRY_TOPIC = "topic.system.retry"
+#: Where every pipeline's notifications travel (seed 004 §3.5.3 names it).
+NOTIFICATION_TOPIC = "notification.event"
 
 
 @dataclass(frozen=True)
@@ -37,66 +40,19 @@ def _days(n: int) -> int:
     return n * DAY_MS
 
 
-_SEEDED: tuple[TopicSpec, ...] = (
-    # backbone (seed 000 §9.1, §9.3.3)
-    TopicSpec(DLQ_TOPIC, 3, None, pipeline="system", note="dead letters of every consumer"),
+_BACKBONE: tuple[TopicSpec, ...] = (
+    TopicSpec(DLQ_TOPIC, 3, None, note="dead letters of every consumer"),
     TopicSpec(
         RETRY_TOPIC,
         6,
         _days(7),
-        pipeline="system",
         note="delayed redeliveries; partitions and retention not given by the seed",
     ),
-    # avcc (seed 000 §9.1)
-    TopicSpec("topic.avcc.apply.created", 6, _days(7), pipeline="avcc"),
-    TopicSpec("topic.review.task.finished", 12, _days(7), pipeline="avcc"),
-    TopicSpec("topic.chain.tx.pending", 6, _days(7), pipeline="avcc"),
-    TopicSpec("topic.chain.tx.confirmed", 6, _days(30), pipeline="avcc"),
-    TopicSpec("topic.playback.event", 24, _days(3), profile="telemetry", pipeline="avcc"),
-    # documents (seed 003 §2.2)
-    TopicSpec("documents-uploaded", 12, _days(7), pipeline="documents"),
-    TopicSpec("chunks-created", 24, _days(3), pipeline="documents"),
-    TopicSpec("embeddings-generated", 24, _days(3), pipeline="documents"),
-    TopicSpec("ai-analysis-requests", 12, _days(7), pipeline="documents"),
-    TopicSpec("ai-analysis-completed", 12, _days(30), pipeline="documents"),
     TopicSpec(
-        "analysis-dlq",
-        3,
-        _days(30),
-        pipeline="documents",
-        note="seed 003's DLQ; the hub dead-letters into topic.system.dlq",
-    ),
-    # vistack (seed 002; numbers not given by the seed)
-    *(
-        TopicSpec(
-            name,
-            12,
-            _days(7),
-            pipeline="vistack",
-            note="partitions and retention not given by the seed",
-        )
-        for name in ("transcode", "delete_file", "danmaku", "comment")
-    ),
-    # generation (seed 004 §3.5.3; numbers not given by the seed)
-    *(
-        TopicSpec(
-            name,
-            12,
-            _days(7),
-            pipeline="generation",
-            note="partitions and retention not given by the seed",
-        )
-        for name in (
-            "generation.dispatch",
-            "provider.status.observe",
-            "provider.poll",
-            "output.fetch",
-            "media.process",
-            "render.execute",
-            "billing.command",
-            "notification.event",
-            "reconcile.command",
-        )
+        NOTIFICATION_TOPIC,
+        12,
+        _days(7),
+        note="hints that a subject changed (SSE); partitions and retention not given by the seed",
     ),
 )
 
@@ -132,6 +88,6 @@ class TopicCatalog:
         return len(self._specs)
 
 
-def seeded_catalog() -> TopicCatalog:
-    """A catalog holding every topic named by the four seeds."""
-    return TopicCatalog(_SEEDED)
+def backbone_catalog() -> TopicCatalog:
+    """A catalog holding the backbone's own topics (dead letters, retries, notifications)."""
+    return TopicCatalog(_BACKBONE)

@@ -17,11 +17,11 @@ from typing import Any, Literal
 import pydantic
 
 from aigc_hub.core.envelope import Envelope
-from aigc_hub.messaging.catalog import seeded_catalog
+from aigc_hub.messaging.catalog import NOTIFICATION_TOPIC, backbone_catalog
 from aigc_hub.pipeline import Pipeline
 
-#: The topic notifications travel on (declared in the seeded catalog).
-TOPIC = "notification.event"
+#: The topic notifications travel on (one of the backbone's own).
+TOPIC = NOTIFICATION_TOPIC
 #: The envelope event type; envelope types are dotted, so it is not the bare SSE name.
 EVENT_TYPE = "notification.event"
 #: Schema version of :class:`Notification`.
@@ -31,7 +31,7 @@ SOURCE = "notifications"
 
 #: The backbone's own pipeline: the notification topic and event schema, nothing else.
 pipeline = Pipeline("notifications")
-pipeline.topic(seeded_catalog().get(TOPIC))
+pipeline.topic(backbone_catalog().get(TOPIC))
 
 
 @pipeline.event(EVENT_TYPE, VERSION, topic=TOPIC)

@@ -4,10 +4,19 @@ The chain lives in the package (``aigc_hub/store/migrations``), so an installed 
 migrate a database without an ``alembic.ini`` on disk. Alembic runs on sync drivers
 (pysqlite, psycopg); the application itself uses the async engines of ``store.engine``.
 
-Pipelines declare their tables on ``store.tables.metadata`` (in ``pipelines/<name>/models.py``,
-found by :func:`target_metadata`) and add revisions to the same ``migrations/versions`` folder,
-each revising the current head, so the chain stays linear. To write one, against a database
-migrated to head::
+Pipelines declare their tables on ``store.tables.metadata`` in the module ``Pipeline.models``
+names; :func:`target_metadata` imports those of every installed pipeline. Who owns which
+revisions:
+
+* the hub's own (backbone and built-in pipelines) are the linear chain in
+  ``migrations/versions``, each revising the one before it (generation's tables from 0004);
+* any other pipeline ships its revisions in its own folder (``Pipeline.migrations``): a branch
+  labelled with the pipeline's name, whose first revision revises a backbone revision, with
+  ids prefixed by the pipeline's name. Every installed pipeline's folder is searched, and
+  ``upgrade`` brings every branch to its head, so the database's revision is then the sorted,
+  comma-joined heads (a single id while only the hub's chain exists).
+
+To write a hub revision, against a database migrated to head::
 
     with sa.create_engine(sync_url(url)).connect() as conn:
         command.revision(alembic_config(conn), "generation tasks", autogenerate=True,
@@ -19,9 +28,7 @@ then read and edit the file: it is frozen once merged.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
-import pkgutil
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,7 +44,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 
+from aigc_hub import plugins
 from aigc_hub.core import errors
+from aigc_hub.pipeline import Pipeline
 from aigc_hub.store import engine as store_engine
 from aigc_hub.store import tables
 
@@ -52,20 +61,18 @@ PG_CONNECT_TIMEOUT_S = 10
 
 
 def target_metadata() -> sa.MetaData:
-    """``tables.metadata`` with every pipeline's tables on it (imports ``pipelines.*.models``).
-
-    What autogenerate and the schema test compare against; the backbone names no pipeline.
-    """
-    try:
-        pipelines = importlib.import_module("aigc_hub.pipelines")
-    except ModuleNotFoundError as exc:
-        if exc.name != "aigc_hub.pipelines":
-            raise
-        return tables.metadata
-    for info in pkgutil.iter_modules(pipelines.__path__, prefix="aigc_hub.pipelines."):
-        if info.ispkg and importlib.util.find_spec(f"{info.name}.models") is not None:
-            importlib.import_module(f"{info.name}.models")
+    """``tables.metadata`` with every installed pipeline's tables on it (imports each
+    pipeline's ``models`` module). What autogenerate and the schema test compare against."""
+    for pipeline in _installed():
+        if pipeline.models:
+            importlib.import_module(pipeline.models)
     return tables.metadata
+
+
+def _installed() -> list[Pipeline]:
+    """Every installed pipeline (entry points), whatever ``AIGC_HUB_PIPELINES`` selects: a
+    database keeps a pipeline's tables and revisions when a process does not run it."""
+    return plugins.load(None)
 
 
 def alembic_config(connection: sa.Connection | None = None) -> Config:
@@ -81,6 +88,11 @@ def alembic_config(connection: sa.Connection | None = None) -> Config:
     config.set_section_option(
         "post_write_hooks", "ruff_format.options", "format REVISION_SCRIPT_FILENAME"
     )
+    # The hub's chain, then each installed pipeline's branch (see the module docstring).
+    folders = [MIGRATIONS_DIR / "versions"] + [
+        p.migrations for p in _installed() if p.migrations is not None
+    ]
+    config.set_main_option("version_locations", os.pathsep.join(str(f) for f in folders))
     if connection is not None:
         config.attributes["connection"] = connection
     return config
@@ -98,8 +110,8 @@ def sync_url(url: str) -> sa.URL:
     )
 
 
-def upgrade(url: str, revision: str = "head") -> None:
-    """Apply migrations up to ``revision``; a rerun is a no-op.
+def upgrade(url: str, revision: str = "heads") -> None:
+    """Apply migrations up to ``revision`` (default: every branch's head); a rerun is a no-op.
 
     Safe to call from several threads or processes at once: runs on one database take turns
     and a later run finds the work done. A failed migration rolls back (SQLite: the whole
@@ -110,27 +122,32 @@ def upgrade(url: str, revision: str = "head") -> None:
 
 
 def current_revision(url: str) -> str | None:
-    """The revision the database is at; ``None`` when it was never migrated (or is missing)."""
+    """The revision the database is at (several branches: their heads, sorted, comma-joined);
+    ``None`` when it was never migrated (or is missing)."""
     if _sqlite_file_missing(url):
         return None
     with _connect(url, create=False) as conn:
         # A read: on SQLite, do not take the writer lock.
         reader = conn.execution_options(sqlite_begin="DEFERRED")
-        return MigrationContext.configure(reader).get_current_revision()
+        heads = MigrationContext.configure(reader).get_current_heads()
+    return ",".join(sorted(heads)) or None
 
 
 def head_revision() -> str:
-    """The newest revision of the packaged chain (raises if the chain has several heads)."""
-    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
-    if head is None:
+    """The newest revision of the hub's chain and of each installed pipeline's branch, sorted
+    and comma-joined (one id while only the hub's chain exists)."""
+    heads = ScriptDirectory.from_config(alembic_config()).get_heads()
+    if not heads:
         raise errors.ConfigurationError("the migration chain is empty")
-    return head
+    return ",".join(sorted(heads))
 
 
 def is_known_revision(revision: str) -> bool:
-    """True when ``revision`` is in the packaged chain (False: a newer aigc-hub migrated it)."""
+    """True when every id of ``revision`` is in the installed chain (False: a newer aigc-hub,
+    or a pipeline no longer installed, migrated it)."""
+    scripts = ScriptDirectory.from_config(alembic_config())
     try:
-        return ScriptDirectory.from_config(alembic_config()).get_revision(revision) is not None
+        return all(scripts.get_revision(part) is not None for part in revision.split(","))
     except alembic_util.CommandError:
         return False
 

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from aigc_hub.media import tools as media_tools
+from aigc_hub.pipeline import UpContext
 from aigc_hub.pipelines.generation import wiring
 from aigc_hub.pipelines.generation.config import GenerationSettings
 from aigc_hub.reliability import webhooks
@@ -28,6 +30,20 @@ def wants_embedded_provider(settings: GenerationSettings) -> bool:
     """True when ``local`` is enabled, asked to run here, and its URL is on this machine."""
     host = urlsplit(settings.local_provider_url).hostname or ""
     return settings.run_local_provider and "local" in settings.provider_names() and host in LOOPBACK
+
+
+@contextlib.asynccontextmanager
+async def local_provider_hook(hub: Hub, up: UpContext) -> AsyncIterator[None]:
+    """Generation's ``up`` hook: install its settings, say in one line when media tools are
+    missing, and serve the local provider (when wanted) until ``up`` stops."""
+    async with embedded_provider(hub, up.data_dir / "provider", api_url=up.api_url) as gen:
+        if gen is not None:
+            problems = media_tools.missing()
+            if problems:
+                up.warn("generation tasks cannot finish here: " + "; ".join(map(str, problems)))
+            if gen.run_local_provider:
+                up.say(f"local provider on {gen.local_provider_url}")
+        yield
 
 
 @contextlib.asynccontextmanager

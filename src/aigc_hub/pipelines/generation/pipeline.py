@@ -1,4 +1,6 @@
-"""``Pipeline("generation")``: topics, events, consumer groups, routes, scanners, timeline.
+"""``Pipeline("generation")``: topics, events, consumer groups, routes, scanners, timeline,
+and what the hub's tools need: settings (``AIGC_HUB_GEN_*``), the ``aigc-hub gen`` CLI, its
+tables, and the local provider ``aigc-hub up`` serves beside it.
 
 Installed as the entry point ``generation`` (group ``aigc_hub.pipelines``), so every hub
 process runs it unless ``AIGC_HUB_PIPELINES`` selects others. Consumer groups, each its own
@@ -19,7 +21,19 @@ import sqlalchemy as sa
 
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.pipeline import Pipeline, TimelineEntry
-from aigc_hub.pipelines.generation import callbacks, events, fetch, observe, poll, routes, submit
+from aigc_hub.pipelines.generation import (
+    callbacks,
+    events,
+    fetch,
+    models,
+    observe,
+    poll,
+    routes,
+    submit,
+    topics,
+)
+from aigc_hub.pipelines.generation.config import GenerationSettings
+from aigc_hub.pipelines.generation.embedded_provider import local_provider_hook
 from aigc_hub.pipelines.generation.models import task_events
 from aigc_hub.pipelines.generation.scanners import factories
 from aigc_hub.pipelines.generation.scheduler import schedule
@@ -30,8 +44,19 @@ from aigc_hub.store.engine import reader
 if TYPE_CHECKING:
     from aigc_hub.bootstrap import Hub
 
-pipeline = Pipeline("generation")
+pipeline = Pipeline(
+    "generation",
+    # `gen`: the documented `aigc-hub gen …` commands and AIGC_HUB_GEN_* settings.
+    alias="gen",
+    settings=GenerationSettings,
+    cli="aigc_hub.cli.gen:app",
+    models=models.__name__,
+    # Its tables' revisions (0004 on) are in the hub's own linear chain: no branch of its own.
+    migrations=None,
+)
+topics.register(pipeline)
 events.register(pipeline)
+pipeline.up_hook(local_provider_hook)
 pipeline.routers += [routes.router, routes.credits_router, callbacks.router]
 for factory in factories():
     pipeline.scanner(factory)
