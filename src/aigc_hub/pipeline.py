@@ -143,7 +143,7 @@ class Pipeline:
         return hook
 
     def topic(self, spec: TopicSpec) -> TopicSpec:
-        """Declare a topic this pipeline uses (it may also be in the seeded catalog)."""
+        """Declare a topic this pipeline owns (the hub and `aigc-hub topics` merge it in)."""
         self.topics.append(spec)
         return spec
 

@@ -1,4 +1,4 @@
-"""The seeded topic catalog (the seeds' numbers) and the stable key-to-partition hash."""
+"""The backbone's topic catalog, the pipelines' own topics, and the key-to-partition hash."""
 
 from __future__ import annotations
 
@@ -11,45 +11,30 @@ from aigc_hub.messaging.base import partition_for
 from aigc_hub.messaging.catalog import (
     DAY_MS,
     DLQ_TOPIC,
+    NOTIFICATION_TOPIC,
     RETRY_TOPIC,
     TopicCatalog,
     TopicSpec,
-    seeded_catalog,
+    backbone_catalog,
 )
+from aigc_hub.pipelines.generation.pipeline import pipeline as generation
 
-# name: (partitions, retention in days or None for forever, profile, pipeline)
-SEEDED: dict[str, tuple[int, int | None, str, str]] = {
-    # backbone
-    "topic.system.dlq": (3, None, "reliable", "system"),
-    "topic.system.retry": (6, 7, "reliable", "system"),
-    # avcc, seed 000 §9.1
-    "topic.avcc.apply.created": (6, 7, "reliable", "avcc"),
-    "topic.review.task.finished": (12, 7, "reliable", "avcc"),
-    "topic.chain.tx.pending": (6, 7, "reliable", "avcc"),
-    "topic.chain.tx.confirmed": (6, 30, "reliable", "avcc"),
-    "topic.playback.event": (24, 3, "telemetry", "avcc"),
-    # documents, seed 003 §2.2
-    "documents-uploaded": (12, 7, "reliable", "documents"),
-    "chunks-created": (24, 3, "reliable", "documents"),
-    "embeddings-generated": (24, 3, "reliable", "documents"),
-    "ai-analysis-requests": (12, 7, "reliable", "documents"),
-    "ai-analysis-completed": (12, 30, "reliable", "documents"),
-    "analysis-dlq": (3, 30, "reliable", "documents"),
-    # vistack, seed 002 (no numbers given: 12 partitions, 7 days)
-    "transcode": (12, 7, "reliable", "vistack"),
-    "delete_file": (12, 7, "reliable", "vistack"),
-    "danmaku": (12, 7, "reliable", "vistack"),
-    "comment": (12, 7, "reliable", "vistack"),
-    # generation, seed 004 §3.5.3 (no numbers given: 12 partitions, 7 days)
-    "generation.dispatch": (12, 7, "reliable", "generation"),
-    "provider.status.observe": (12, 7, "reliable", "generation"),
-    "provider.poll": (12, 7, "reliable", "generation"),
-    "output.fetch": (12, 7, "reliable", "generation"),
-    "media.process": (12, 7, "reliable", "generation"),
-    "render.execute": (12, 7, "reliable", "generation"),
-    "billing.command": (12, 7, "reliable", "generation"),
-    "notification.event": (12, 7, "reliable", "generation"),
-    "reconcile.command": (12, 7, "reliable", "generation"),
+# name: (partitions, retention in days or None for forever)
+BACKBONE: dict[str, tuple[int, int | None]] = {
+    "topic.system.dlq": (3, None),
+    "topic.system.retry": (6, 7),
+    "notification.event": (12, 7),
+}
+# seed 004 §3.5.3 names them without numbers: 12 partitions, 7 days each
+GENERATION = {
+    "generation.dispatch",
+    "provider.status.observe",
+    "provider.poll",
+    "output.fetch",
+    "media.process",
+    "render.execute",
+    "billing.command",
+    "reconcile.command",
 }
 
 
@@ -57,75 +42,75 @@ def test_day_is_86_400_000_ms() -> None:
     assert DAY_MS == 86_400_000
 
 
-def test_the_seeded_catalog_holds_exactly_the_seeds_topics() -> None:
-    catalog = seeded_catalog()
+def test_the_backbone_catalog_holds_only_the_backbones_topics() -> None:
+    catalog = backbone_catalog()
 
-    assert {spec.name for spec in catalog} == set(SEEDED)
-    assert len(catalog) == len(SEEDED) == 26
+    assert {spec.name for spec in catalog} == set(BACKBONE)
+    assert {spec.pipeline for spec in catalog} == {"system"}
 
 
-@pytest.mark.parametrize("name", sorted(SEEDED))
-def test_seeded_topic_numbers(name: str) -> None:
-    partitions, days, profile, pipeline = SEEDED[name]
+@pytest.mark.parametrize("name", sorted(BACKBONE))
+def test_backbone_topic_numbers(name: str) -> None:
+    partitions, days = BACKBONE[name]
 
-    spec = seeded_catalog().get(name)
+    spec = backbone_catalog().get(name)
 
     assert spec.partitions == partitions
-    assert spec.retention_ms == (None if days is None else days * 86_400_000)
-    assert spec.profile == profile
-    assert spec.pipeline == pipeline
+    assert spec.retention_ms == (None if days is None else days * DAY_MS)
+    assert spec.profile == "reliable"
 
 
 def test_backbone_topic_constants() -> None:
-    catalog = seeded_catalog()
+    catalog = backbone_catalog()
 
     assert DLQ_TOPIC == "topic.system.dlq"
     assert RETRY_TOPIC == "topic.system.retry"
+    assert NOTIFICATION_TOPIC == "notification.event"
     assert catalog.get(DLQ_TOPIC).retention_ms is None  # dead letters are kept forever
-    assert DLQ_TOPIC in catalog and RETRY_TOPIC in catalog
 
 
-def test_only_playback_events_ride_the_telemetry_road() -> None:
-    telemetry = [spec.name for spec in seeded_catalog() if spec.profile == "telemetry"]
-
-    assert telemetry == ["topic.playback.event"]
-
-
-def test_topics_without_seed_numbers_say_so() -> None:
-    for spec in seeded_catalog():
-        if spec.pipeline in ("vistack", "generation") or spec.name == RETRY_TOPIC:
-            assert "not given by the seed" in spec.note, spec.name
+def test_generation_declares_its_own_topics_in_its_pipeline() -> None:
+    assert {spec.name for spec in generation.topics} == GENERATION
+    for spec in generation.topics:
+        assert (spec.partitions, spec.retention_ms) == (12, 7 * DAY_MS), spec.name
+        assert spec.pipeline == "generation" and spec.profile == "reliable"
+        assert "not given by the seed" in spec.note, spec.name
+    assert not GENERATION & {spec.name for spec in backbone_catalog()}
 
 
 def test_iteration_is_sorted_by_pipeline_then_name() -> None:
-    specs = list(seeded_catalog())
+    catalog = backbone_catalog()
+    for spec in generation.topics:
+        catalog.add(spec)
+
+    specs = list(catalog)
 
     assert specs == sorted(specs, key=lambda s: (s.pipeline, s.name))
-    assert specs[0].pipeline == "avcc"
-    assert specs[-1].pipeline == "vistack"
+    assert specs[0].pipeline == "generation"
+    assert specs[-1].pipeline == "system"
 
 
 def test_each_call_builds_an_independent_catalog() -> None:
-    first = seeded_catalog()
+    first = backbone_catalog()
     first.add(TopicSpec("extra.topic", 1, DAY_MS, pipeline="extra"))
 
-    assert "extra.topic" not in seeded_catalog()
+    assert "extra.topic" not in backbone_catalog()
 
 
 def test_unknown_topic_is_a_key_error() -> None:
     with pytest.raises(KeyError):
-        seeded_catalog().get("no.such.topic")
-    assert "no.such.topic" not in seeded_catalog()
+        backbone_catalog().get("no.such.topic")
+    assert "no.such.topic" not in backbone_catalog()
 
 
 def test_declaring_the_same_topic_again_identically_is_fine() -> None:
-    catalog = seeded_catalog()
-    spec = catalog.get("documents-uploaded")
+    catalog = backbone_catalog()
+    spec = catalog.get(RETRY_TOPIC)
 
     catalog.add(dataclasses.replace(spec))
 
-    assert len(catalog) == 26
-    assert catalog.get("documents-uploaded") == spec
+    assert len(catalog) == len(BACKBONE)
+    assert catalog.get(RETRY_TOPIC) == spec
 
 
 @pytest.mark.parametrize(
@@ -140,13 +125,13 @@ def test_declaring_the_same_topic_again_identically_is_fine() -> None:
     ],
 )
 def test_redeclaring_with_different_settings_raises(change: dict[str, object]) -> None:
-    catalog = seeded_catalog()
-    spec = catalog.get("documents-uploaded")
+    catalog = backbone_catalog()
+    spec = catalog.get(RETRY_TOPIC)
 
-    with pytest.raises(ValueError, match=r"documents-uploaded.*declared twice"):
+    with pytest.raises(ValueError, match=r"topic.system.retry.*declared twice"):
         catalog.add(dataclasses.replace(spec, **change))  # type: ignore[arg-type]
 
-    assert catalog.get("documents-uploaded") == spec
+    assert catalog.get(RETRY_TOPIC) == spec
 
 
 def test_duplicate_names_in_the_constructor_raise() -> None:

@@ -107,22 +107,25 @@ def test_version(runner: CliRunner) -> None:
 # --- topics -----------------------------------------------------------------------------------
 
 
-def test_topics_list_shows_the_seeded_catalog(runner: CliRunner) -> None:
-    result = runner.invoke(app, ["topics", "list"])
+def test_topics_list_shows_the_backbone_and_installed_pipelines_topics(
+    runner: CliRunner,
+) -> None:
+    result = runner.invoke(app, ["topics", "list"], env={"AIGC_HUB_PIPELINES": None})
 
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    apply = next(line for line in lines if "topic.avcc.apply.created" in line)
-    assert [cell.strip() for cell in apply.split("│")[1:-1]] == [
-        "topic.avcc.apply.created",
-        "6",
+    dispatch = next(line for line in lines if "generation.dispatch" in line)
+    assert [cell.strip() for cell in dispatch.split("│")[1:-1]] == [
+        "generation.dispatch",
+        "12",
         "7 d",
         "reliable",
-        "avcc",
-        "",
+        "generation",
+        "partitions and retention not given by the seed",
     ]
-    assert any("documents-uploaded" in line for line in lines)
     assert any("topic.system.dlq" in line and "forever" in line for line in lines)
+    # the future pipelines' seed topics are not declared until those pipelines exist
+    assert not any("documents-uploaded" in line for line in lines)
 
 
 def test_topics_list_merges_pipeline_topics_and_filters(runner: CliRunner) -> None:
@@ -138,10 +141,10 @@ def test_topics_list_merges_pipeline_topics_and_filters(runner: CliRunner) -> No
 
 
 def test_topics_list_of_an_unknown_pipeline_is_not_found(runner: CliRunner) -> None:
-    result = runner.invoke(app, ["topics", "list", "-p", "nope"])
+    result = runner.invoke(app, ["topics", "list", "-p", "nope"], env={"AIGC_HUB_PIPELINES": None})
 
     assert result.exit_code == common.ExitCode.NOT_FOUND
-    assert result.stderr.startswith("error: no topics for pipeline 'nope' (known: avcc,")
+    assert result.stderr.startswith("error: no topics for pipeline 'nope' (known: generation,")
 
 
 @pytest.mark.parametrize(
