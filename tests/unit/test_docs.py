@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aigc_hub.cli.main import app
 from aigc_hub import plugins
+from aigc_hub.cli.main import app
 from aigc_hub.cli.topics import merged_catalog
 from aigc_hub.settings import Settings
 
