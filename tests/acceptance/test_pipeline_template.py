@@ -37,7 +37,9 @@ NAME = "fifth"
 
 def _copy_renamed(target: Path) -> Path:
     """Copy the template to ``target`` with every ``memo`` renamed ``fifth``; returns it."""
-    shutil.copytree(TEMPLATE, target, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        TEMPLATE, target, ignore=shutil.ignore_patterns("__pycache__", ".*_cache", "*.egg-info")
+    )
     for path in sorted(target.rglob("*"), key=lambda p: len(p.parts), reverse=True):
         if path.is_file():
             text = path.read_text()
