@@ -15,10 +15,10 @@ HELP = "\n\n".join(
         "AIGC Hub: an event backbone for long, costly, unreliable AI-content jobs.",
         "Requests start work through a transactional outbox; consumers give every event an "
         "exactly-once effect (inbox marks, guarded state updates); failures retry with backoff "
-        "or go to the dead-letter queue. Pipelines (generation, avcc, documents, vistack) plug "
-        "in as blueprints: every installed one runs (entry points 'aigc_hub.pipelines'); "
-        "AIGC_HUB_PIPELINES selects among them (names or module:attribute, comma separated; "
-        "empty for none).",
+        "or go to the dead-letter queue. Pipelines (generation today) plug in as blueprints: "
+        "every installed one runs (entry points 'aigc_hub.pipelines') and adds its own command "
+        "group below (generation: gen); AIGC_HUB_PIPELINES selects which run (names or "
+        "module:attribute, comma separated; empty for none).",
         "Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 conflict, 5 unavailable, "
         "6 incompatible, 70 internal error, 78 configuration.",
         "Commands that use the database check it first and create nothing: a bad URL, a "
