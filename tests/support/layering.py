@@ -17,7 +17,7 @@ client     ``aigc_hub.client`` (the Python SDK)        only itself: it ships apa
 Every import statement counts, wherever it stands (inside functions, under
 ``TYPE_CHECKING``, relative ones resolved), and a module in no layer is itself a breach, so
 a new top-level package must be placed here first. Loading by name at run time
-(``module:attribute`` settings, entry points, the migrations' walk of ``pipelines/``) is not
+(``module:attribute`` settings, entry points, the modules a ``Pipeline`` names) is not
 an import statement: it is how the backbone finds pipelines. ``docs/pipelines.md``
 ("Layers") says the same in prose.
 """
