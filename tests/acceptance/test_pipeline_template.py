@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
+import pytest
+import sqlalchemy as sa
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "examples" / "pipeline_template"
@@ -185,3 +187,24 @@ def test_a_copied_example_folder_plus_one_entry_point_is_a_working_fifth_pipelin
         assert _until(lambda: note()["archived_at"] is not None), "the scanner never ran"
         assert note()["text"] == "hello"
         assert httpx.get(f"{url}/v1/fifth/notes/unknown", headers=auth).status_code == 404
+
+
+@pytest.mark.postgres
+def test_installing_the_fifth_pipeline_later_adds_its_branch_to_a_migrated_postgresql_database(
+    tmp_path: Path, pg_url: str
+) -> None:
+    fifth = Fifth(tmp_path)
+    before = fifth.cli("db", "current", AIGC_HUB_DATABASE_URL=pg_url).stdout
+    assert "fifth_0001" in before.splitlines()[1]  # head: the branch is known
+    assert "fifth_0001" not in before.splitlines()[0]  # current: not applied yet
+
+    fifth.cli("db", "upgrade", AIGC_HUB_DATABASE_URL=pg_url)
+
+    after = fifth.cli("db", "current", AIGC_HUB_DATABASE_URL=pg_url).stdout.splitlines()
+    assert after[0].removeprefix("current:").strip() == after[1].removeprefix("head:").strip()
+    assert after[0].endswith(",fifth_0001")
+    engine = sa.create_engine(sa.make_url(pg_url).set(drivername="postgresql+psycopg"))
+    try:
+        assert "fifth_notes" in sa.inspect(engine).get_table_names()
+    finally:
+        engine.dispose()
