@@ -290,7 +290,7 @@ def test_topics_apply_creates_then_finds_everything_unchanged(
     first = runner.invoke(app, ["topics", "apply"])
     assert first.exit_code == 0, first.output
     assert "created" in _row(first.stdout, apply_env.name)
-    for topic in ("topic.system.dlq", "topic.playback.event", "transcode"):
+    for topic in ("topic.system.dlq", "topic.system.retry", "notification.event"):
         assert _row(first.stdout, topic).split("│")[2].strip() in ("created", "unchanged")
     again = runner.invoke(app, ["topics", "apply", "--bootstrap", kafka_endpoint.bootstrap])
     assert again.exit_code == 0, again.output
