@@ -52,12 +52,14 @@ async def _serve(
         else None
     )
     try:
-        await hub.start()
         if api:
-            # `up`: everything in one process, the local provider included
+            # `up`: everything in one process, the local provider included; its settings are
+            # given to the hub before start builds the pipeline's state from them
             async with _generation(hub, settings):
+                await hub.start()
                 await _with_api(hub, settings, stop, groups=groups, relay=relay, scan=scan, lag=lag)
         else:
+            await hub.start()
             await hub.run(stop, groups=groups, relay=relay, scan=scan, lag=lag)
     finally:
         await hub.close()
@@ -99,7 +101,7 @@ async def _with_api(
 
 @contextlib.asynccontextmanager
 async def _generation(hub: bootstrap.Hub, settings: Settings) -> AsyncIterator[None]:
-    """Install the generation pipeline's settings and serve the local provider beside it."""
+    """Give the hub the generation pipeline's settings and serve the local provider beside it."""
     from aigc_hub.pipelines.generation.embedded_provider import embedded_provider
 
     api_url = f"http://{settings.api_host}:{settings.api_port}"

@@ -16,12 +16,19 @@ from urllib.parse import urlsplit
 
 from aigc_hub.pipelines.generation import wiring
 from aigc_hub.pipelines.generation.config import GenerationSettings
+from aigc_hub.pipelines.generation.pipeline import pipeline as generation
 from aigc_hub.reliability import webhooks
 
 if TYPE_CHECKING:
     from aigc_hub.bootstrap import Hub
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def _use(hub: Hub, settings: GenerationSettings) -> None:
+    """Have ``hub`` build its Generation from ``settings`` (the secret shared with the
+    provider served here) rather than from the environment alone."""
+    hub.use_state(generation, lambda built_for, _hub_settings: wiring.build(built_for, settings))
 
 
 def wants_embedded_provider(settings: GenerationSettings) -> bool:
@@ -34,8 +41,9 @@ def wants_embedded_provider(settings: GenerationSettings) -> bool:
 async def embedded_provider(
     hub: Hub, data_dir: Path, *, api_url: str
 ) -> AsyncIterator[GenerationSettings | None]:
-    """Install the generation settings on ``hub`` and, when wanted, serve the local provider
-    until the block ends. Yields the settings in force (None: generation not loaded)."""
+    """Give ``hub`` the generation settings in force and, when wanted, serve the local
+    provider until the block ends. Enter it before ``hub.start()``, which builds the state
+    from these settings. Yields them (None: generation not loaded)."""
     if not any(p.name == wiring.NAME for p in hub.pipelines):
         yield None
         return
@@ -43,12 +51,12 @@ async def embedded_provider(
     if "callback_base_url" not in settings.model_fields_set:
         settings = settings.model_copy(update={"callback_base_url": api_url})
     if not wants_embedded_provider(settings):
-        wiring.install(hub, wiring.build(hub, settings))
+        _use(hub, settings)
         yield settings
         return
     secrets = settings.local_secrets() or [webhooks.generate_secret()]
     settings = settings.model_copy(update={"local_webhook_secrets": ",".join(secrets)})
-    wiring.install(hub, wiring.build(hub, settings))
+    _use(hub, settings)
 
     import uvicorn
 
