@@ -1,4 +1,6 @@
-"""``Pipeline("generation")``: topics, events, consumer groups, routes, scanners, timeline.
+"""``Pipeline("generation", state=build_state)``: topics, events, consumer groups, routes,
+scanners, timeline. The hub builds the state (a :class:`Generation`) once at start; the
+handlers and the scanners that need it receive it as their first argument.
 
 Installed as the entry point ``generation`` (group ``aigc_hub.pipelines``), so every hub
 process runs it unless ``AIGC_HUB_PIPELINES`` selects others. Consumer groups, each its own
