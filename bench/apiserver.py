@@ -53,10 +53,11 @@ async def serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     api_url = f"http://127.0.0.1:{args.port}"
     try:
-        await hub.start()
-        # Installs the generation settings (providers, slots) as ``aigc-hub up`` does; with
-        # AIGC_HUB_GEN_RUN_LOCAL_PROVIDER=false it serves no provider of its own.
+        # Gives the hub the generation settings (providers, slots) as ``aigc-hub up`` does,
+        # before start builds the state from them; with AIGC_HUB_GEN_RUN_LOCAL_PROVIDER=false
+        # it serves no provider of its own.
         async with embedded_provider(hub, settings.data_dir / "provider", api_url=api_url):
+            await hub.start()
             limits = Limits(rate_per_s=args.rate_limit, burst=args.rate_limit)
             config = uvicorn.Config(
                 create_app(hub, limits=limits),

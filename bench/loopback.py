@@ -22,6 +22,7 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from aigc_hub.bootstrap import Hub
+from aigc_hub.hub_config import HubConfig
 from aigc_hub.messaging.memory import MemoryBroker
 from aigc_hub.pipelines.generation import services
 from aigc_hub.store import engine as store_engine
@@ -174,7 +175,8 @@ def create_tenant(name: str, env: Mapping[str, str]) -> tuple[str, str]:
 
 async def grant(database_url: str, tenant_ids: Sequence[str], amount: int) -> None:
     """Top up each tenant through ``services.grant_credits`` (no CLI grants credits)."""
-    hub = Hub(engine=store_engine.create_engine(database_url), broker=MemoryBroker(), pipelines=[])
+    engine = store_engine.create_engine(database_url)
+    hub = Hub(HubConfig(engine=engine, broker=MemoryBroker()))
     try:
         for tenant_id in tenant_ids:
             await services.grant_credits(

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from aigc_hub.bootstrap import Hub
 from aigc_hub.core.envelope import Envelope
+from aigc_hub.hub_config import HubConfig
 from aigc_hub.messaging.base import Broker
 from aigc_hub.messaging.catalog import TopicSpec
 from aigc_hub.messaging.embedded import EmbeddedBroker
@@ -133,13 +134,10 @@ async def main(
         await conn.run_sync(bench_metadata.create_all)
     probe = LatencyProbe()
     broker = broker_factory(workdir) if broker_factory else EmbeddedBroker(workdir / "log.db")
-    hub = Hub(
-        engine=engine,
-        broker=broker,
-        pipelines=[make_pipeline(args.partitions)],
-        concurrency=args.concurrency,
-        middleware=[probe],
+    config = HubConfig(
+        engine=engine, broker=broker, concurrency=args.concurrency, middleware=[probe]
     )
+    hub = Hub(config, [make_pipeline(args.partitions)])
     await hub.start()
     n = args.tasks
     print(

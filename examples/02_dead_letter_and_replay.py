@@ -12,7 +12,15 @@ from pathlib import Path
 import pydantic
 import sqlalchemy as sa
 
-from aigc_hub import Envelope, HandlerContext, Hub, PermanentError, Pipeline, TopicSpec
+from aigc_hub import (
+    Envelope,
+    HandlerContext,
+    Hub,
+    HubConfig,
+    PermanentError,
+    Pipeline,
+    TopicSpec,
+)
 from aigc_hub.messaging.embedded import EmbeddedBroker
 from aigc_hub.store import engine as store_engine
 from aigc_hub.store import migrate
@@ -62,7 +70,7 @@ async def main() -> None:
     engine = store_engine.create_engine(url)
     async with engine.begin() as conn:
         await conn.run_sync(meta.create_all)
-    hub = Hub(engine=engine, broker=EmbeddedBroker(data / "log.db"), pipelines=[pipeline])
+    hub = Hub(HubConfig(engine=engine, broker=EmbeddedBroker(data / "log.db")), [pipeline])
     await hub.start()
     stop = asyncio.Event()
     runner = asyncio.create_task(hub.run(stop))

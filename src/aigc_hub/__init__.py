@@ -1,8 +1,8 @@
 """AIGC Hub: exactly-once effects for long, costly, unreliable AI-content jobs.
 
 The public surface is small: build a :class:`Pipeline` (topics, event schemas, handlers),
-give it to a :class:`Hub` (or run ``aigc-hub up``), and write services that put facts and
-:class:`Envelope` events into one transaction.
+give it to a :class:`Hub` built from a :class:`HubConfig` (or run ``aigc-hub up``), and
+write services that put facts and :class:`Envelope` events into one transaction.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from aigc_hub.core.errors import (
 )
 from aigc_hub.core.ids import new_id
 from aigc_hub.core.retry import RetryDecision, RetryPolicy
+from aigc_hub.hub_config import HubConfig
 from aigc_hub.messaging.catalog import TopicSpec
 from aigc_hub.pipeline import Pipeline
 from aigc_hub.runtime.context import HandlerContext
@@ -35,6 +36,7 @@ __all__ = [
     "EnvelopeError",
     "HandlerContext",
     "Hub",
+    "HubConfig",
     "HubError",
     "ManualClock",
     "PermanentError",

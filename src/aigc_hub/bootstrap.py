@@ -8,31 +8,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypeVar, cast
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from aigc_hub import plugins
 from aigc_hub.blobs.base import BlobStore
 from aigc_hub.cache.base import Cache
 from aigc_hub.cache.leadership import CacheLeaderLeases
 from aigc_hub.cache.memory import MemoryCache
-from aigc_hub.core.clock import Clock, SystemClock
+from aigc_hub.core.clock import SystemClock
 from aigc_hub.core.errors import ConfigurationError
-from aigc_hub.core.failpoints import NONE, Failpoints
-from aigc_hub.core.retry import DELAYED, IN_PROCESS, RetryPolicy
+from aigc_hub.hub_config import HubConfig
 from aigc_hub.messaging.base import Broker
-from aigc_hub.messaging.catalog import TopicCatalog, backbone_catalog
-from aigc_hub.pipeline import HandlerSpec, Pipeline
+from aigc_hub.messaging.catalog import backbone_catalog
+from aigc_hub.pipeline import (
+    Closable,
+    HandlerSpec,
+    Pipeline,
+    PipelineBase,
+    Started,
+    StateFactory,
+    StateKey,
+)
 from aigc_hub.reliability import notifications
 from aigc_hub.reliability.admission import AdmissionGate
 from aigc_hub.reliability.dlq import DeadLetterStore
 from aigc_hub.reliability.idempotency_scanner import IdempotencyExpiryScanner
-from aigc_hub.reliability.lag import DEFAULT_THRESHOLDS, LagMonitor, Threshold, parse_thresholds
+from aigc_hub.reliability.lag import DEFAULT_THRESHOLDS, LagMonitor
 from aigc_hub.reliability.leases import DatabaseLeases
-from aigc_hub.reliability.notification_feed import FeedSettings, NotificationFeed
+from aigc_hub.reliability.notification_feed import NotificationFeed
 from aigc_hub.reliability.outbox import EventRoutes, OutboxWriter
 from aigc_hub.reliability.outbox_scanner import OutboxAgeScanner
 from aigc_hub.reliability.redelivery import RedeliveryStore
@@ -40,13 +47,14 @@ from aigc_hub.reliability.relay import Relay
 from aigc_hub.reliability.scanners import LeaderLeases, Scanner, ScannerRunner, default_owner
 from aigc_hub.runtime.committer import Committer
 from aigc_hub.runtime.consumer import ConsumerGroupRuntime, RuntimeDeps
-from aigc_hub.runtime.middleware import Middleware
 from aigc_hub.schemas.registry import SchemaRegistry
 from aigc_hub.settings import Settings
 from aigc_hub.store import engine as store_engine
 from aigc_hub.store.dialects import dialect_of
 
 log = logging.getLogger(__name__)
+
+S = TypeVar("S")
 
 
 #: How long a stopping hub waits for its parts before giving up on them (they are logged).
@@ -56,42 +64,23 @@ SHUTDOWN_GRACE_S = 30.0
 class Hub:
     """Store, broker, outbox, relay, DLQ and one runtime per consumer group, wired together."""
 
-    def __init__(
-        self,
-        *,
-        engine: AsyncEngine,
-        broker: Broker,
-        pipelines: Sequence[Pipeline] = (),
-        clock: Clock | None = None,
-        catalog: TopicCatalog | None = None,
-        failpoints: Failpoints = NONE,
-        in_process: RetryPolicy = IN_PROCESS,
-        delayed: RetryPolicy = DELAYED,
-        concurrency: int | None = None,
-        commit_batch: int = 256,
-        commit_wait: float = 0.002,
-        relay_batch: int = 500,
-        middleware: Sequence[Middleware] = (),
-        leases: LeaderLeases | None = None,
-        cache: Cache | None = None,
-        blobs: BlobStore | None = None,
-        lag_thresholds: Mapping[str, Threshold] | None = None,
-        lag_interval_s: float = 10.0,
-        alert_webhook: str | None = None,
-        scanner_lease_ttl_ms: int = 15_000,
-        relay_workers: int = 2,
-        feed: FeedSettings | None = None,
-    ) -> None:
+    def __init__(self, config: HubConfig, pipelines: Sequence[PipelineBase] = ()) -> None:
+        # Pipelines differ in their state's type, so the hub sees them as PipelineBase: it
+        # builds, keeps and closes states, and hands one out typed through a StateKey.
+        self.config = config
+        engine, broker = config.engine, config.broker
         self.engine = engine
         self.broker = broker
         # The backbone's notification schema is always known; no business pipeline needed.
-        self.pipelines = [
+        self.pipelines: list[PipelineBase] = [
             notifications.pipeline,
             *(p for p in pipelines if p is not notifications.pipeline),
         ]
-        self.clock = clock or SystemClock()
-        self.catalog = catalog or backbone_catalog()
-        self.failpoints = failpoints
+        #: Each pipeline as started in this hub (its state built), by name; filled by start.
+        self.started: dict[str, Started] = {}
+        self.clock = config.clock or SystemClock()
+        self.catalog = config.catalog or backbone_catalog()
+        self.failpoints = config.failpoints
         self.registry = SchemaRegistry.from_pipelines(self.pipelines)
         self.routes = EventRoutes()
         for pipeline in self.pipelines:
@@ -102,14 +91,14 @@ class Hub:
                     self.routes.add(event.name, event.topic)
         self.outbox = OutboxWriter(self.routes, self.clock)
         self.relay = Relay(
-            engine, broker, self.clock, batch_size=relay_batch, failpoints=failpoints
+            engine, broker, self.clock, batch_size=config.relay_batch, failpoints=self.failpoints
         )
         self.committer = Committer(
             engine,
             self.outbox,
             self.clock,
-            max_batch=commit_batch,
-            max_wait=commit_wait,
+            max_batch=config.commit_batch,
+            max_wait=config.commit_wait,
             on_emitted=self.relay.wake,
         )
         self.dlq = DeadLetterStore(engine, self.outbox, self.clock)
@@ -122,67 +111,71 @@ class Hub:
             dlq=self.dlq,
             redeliveries=self.redeliveries,
             clock=self.clock,
-            in_process=in_process,
-            delayed=delayed,
-            failpoints=failpoints,
-            hub=self,
+            in_process=config.in_process,
+            delayed=config.delayed,
+            failpoints=self.failpoints,
         )
-        self.concurrency = concurrency
-        self.middleware = tuple(middleware)
-        self.cache: Cache = cache or MemoryCache(self.clock)
-        self.blobs = blobs
+        self.concurrency = config.concurrency
+        self.middleware = tuple(config.middleware)
+        self.cache: Cache = config.cache or MemoryCache(self.clock)
+        self.blobs = config.blobs
         # Leader leases: Redis when the hub has it (several hosts), else the database, which
         # every process of this hub shares (the in-process cache would not be shared).
-        self.leases: LeaderLeases = leases or (
+        self.leases: LeaderLeases = config.leases or (
             CacheLeaderLeases(self.cache.leases)
             if self.cache.features.cross_process
             else DatabaseLeases(engine, self.clock)
         )
-        self.scanner_lease_ttl_ms = scanner_lease_ttl_ms
-        self.relay_workers = max(1, relay_workers)
+        self.scanner_lease_ttl_ms = config.scanner_lease_ttl_ms
+        self.relay_workers = max(1, config.relay_workers)
         self.lag = LagMonitor(
             broker,
             self.clock,
             self._watched_groups(),
             self.catalog,
-            thresholds={**DEFAULT_THRESHOLDS, **(lag_thresholds or {})},
-            webhook_url=alert_webhook,
-            interval_s=lag_interval_s,
+            thresholds={**DEFAULT_THRESHOLDS, **config.lag_thresholds},
+            webhook_url=config.alert_webhook,
+            interval_s=config.lag_interval_s,
         )
         self.gate = AdmissionGate(self.lag)
-        #: Per-hub state of pipelines (their providers, settings…), keyed by pipeline name.
-        #: A value with an async ``close()`` is closed with the hub.
-        self.extensions: dict[str, Any] = {}
         #: This process's live notification feed (SSE); started by its first reader.
-        self.notification_feed = NotificationFeed(broker, feed)
+        self.notification_feed = NotificationFeed(broker, config.feed)
 
     @classmethod
-    def from_settings(
-        cls, settings: Settings, pipelines: Sequence[Pipeline] = (), **overrides: object
-    ) -> Hub:
+    def from_settings(cls, settings: Settings, pipelines: Sequence[PipelineBase] = ()) -> Hub:
         """Build the hub the settings describe (engines are created, not yet connected)."""
-        engine = store_engine.create_engine(settings.resolved_database_url())
-        broker = make_broker(settings)
-        cache = make_cache(settings)
-        blobs = make_blobs(settings)
-        loaded = [*pipelines, *plugins.load(settings.pipelines)]
-        return cls(
-            engine=engine,
-            broker=broker,
-            cache=cache,
-            blobs=blobs,
-            pipelines=loaded,
-            concurrency=overrides.pop("concurrency", None) or settings.concurrency,  # type: ignore[arg-type]
-            commit_batch=settings.commit_batch,
-            commit_wait=settings.commit_wait_ms / 1000,
-            relay_batch=settings.relay_batch,
-            lag_thresholds=parse_thresholds(settings.lag_thresholds),
-            lag_interval_s=settings.lag_interval_s,
-            alert_webhook=settings.alert_webhook,
-            scanner_lease_ttl_ms=settings.scanner_lease_ttl_ms,
-            feed=settings.feed_settings(),
-            **overrides,  # type: ignore[arg-type]
+        config = HubConfig.from_settings(
+            settings,
+            engine=store_engine.create_engine(settings.resolved_database_url()),
+            broker=make_broker(settings),
+            cache=make_cache(settings),
+            blobs=make_blobs(settings),
         )
+        return cls(config, [*pipelines, *plugins.load(settings.pipelines)])
+
+    def use_state(self, pipeline: Pipeline[S], factory: StateFactory[S]) -> None:
+        """Build ``pipeline``'s state with ``factory`` instead of its own (call before start).
+
+        For tests (fake providers) and embedders (settings decided at run time).
+        """
+        if pipeline.name in self.started:
+            raise RuntimeError(f"pipeline {pipeline.name!r} already has its state in this hub")
+        found = [i for i, p in enumerate(self.pipelines) if p.name == pipeline.name]
+        if not found:
+            raise KeyError(f"pipeline {pipeline.name!r} is not in this hub")
+        self.pipelines[found[0]] = pipeline.with_state(factory)
+
+    def state_of(self, key: StateKey[S]) -> S:
+        """The state of the pipeline ``key`` names (``pipeline.key``), built at start."""
+        started = self.started.get(key.name)
+        if started is None:
+            raise RuntimeError(
+                f"pipeline {key.name!r} has no state in this hub: is it loaded, "
+                "and was Hub.start called?"
+            )
+        # Sound: only Pipeline[S].start wrote this state, and a key is named after its
+        # pipeline; the dict holds states of several types, so their type is restored here.
+        return cast(S, started.state)
 
     def relays(self) -> list[Relay]:
         """The relay, plus extra ones where the store lets several claim at once (PostgreSQL's
@@ -217,7 +210,7 @@ class Hub:
             OutboxAgeScanner(self.engine, own_relay, self.clock),
             IdempotencyExpiryScanner(self.engine, self.clock),
         ]
-        found += [factory(self) for p in self.pipelines for factory in p.scanners]
+        found += [factory(self) for p in self.pipelines for factory in self._started(p).scanners]
         return found
 
     def scanner_runner(self, owner: str | None = None) -> ScannerRunner:
@@ -234,7 +227,13 @@ class Hub:
     @property
     def handler_specs(self) -> list[HandlerSpec]:
         """Every consumer group of every included pipeline."""
-        return [spec for p in self.pipelines for spec in p.handlers]
+        return [spec for p in self.pipelines for spec in self._started(p).handlers]
+
+    def _started(self, pipeline: PipelineBase) -> Started:
+        """The pipeline as started here; before start, as declared (state handlers unbound)."""
+        return self.started.get(pipeline.name) or Started(
+            None, list(pipeline.handlers), list(pipeline.scanners)
+        )
 
     def runtime(self, spec: HandlerSpec, **options: object) -> ConsumerGroupRuntime:
         """A runtime for one consumer group (not started)."""
@@ -245,8 +244,13 @@ class Hub:
         return ConsumerGroupRuntime(spec, self.deps, **options)  # type: ignore[arg-type]
 
     async def start(self) -> None:
-        """Create the broker's topics (catalog + pipelines)."""
+        """Create the broker's topics (catalog + pipelines), then build each pipeline's
+        state once (a second call changes nothing)."""
         await self.broker.ensure_topics(list(self.catalog))
+        settings = self.config.settings or Settings()
+        for pipeline in self.pipelines:
+            if pipeline.name not in self.started:
+                self.started[pipeline.name] = pipeline.start(self, settings)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncConnection]:
@@ -304,11 +308,10 @@ class Hub:
     async def close(self) -> None:
         """Stop the committer and the notification feed, close pipeline state, the broker
         and the database."""
-        for extension in list(self.extensions.values()):
-            closer = getattr(extension, "close", None)
-            if closer is not None:
-                await closer()
-        self.extensions.clear()
+        for started in list(self.started.values()):
+            if isinstance(started.state, Closable):
+                await started.state.close()
+        self.started.clear()
         await self.committer.close()
         await self.notification_feed.close()
         await self.broker.close()

@@ -4,6 +4,12 @@ A pipeline module builds one :class:`Pipeline`; the composition root includes it
 The backbone never imports a pipeline; pipelines import the backbone. Besides what runs in
 the hub, a pipeline declares what the hub's tools need from its folder: its settings class,
 its CLI sub-app, its tables and migrations, and the outside processes ``up`` starts.
+
+A pipeline's per-hub state (its settings, provider clients, slots…) is typed: the pipeline
+declares a factory (``Pipeline("generation", state=build_state)``), the hub calls it once at
+start, and handlers and scanners that need it are registered with ``*_with_state`` and get it
+as their first argument (bound by :meth:`Pipeline.start`, where its type is still known).
+Routes ask the hub for it through the pipeline's :class:`StateKey`.
 """
 
 from __future__ import annotations
@@ -11,9 +17,9 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import pydantic
 from pydantic_settings import BaseSettings
@@ -27,6 +33,7 @@ if TYPE_CHECKING:
     from aigc_hub.core.envelope import Envelope
     from aigc_hub.reliability.scanners import Scanner
     from aigc_hub.runtime.context import HandlerContext
+    from aigc_hub.settings import Settings
 
 #: A consumer handler: does its outside work, stages its writes on ``ctx``, returns events.
 Handler = Callable[["Envelope", "HandlerContext"], Awaitable[list["Envelope"]]]
@@ -70,6 +77,35 @@ _ALIAS = re.compile(r"[a-z][a-z0-9_]*")
 
 M = TypeVar("M", bound=type[pydantic.BaseModel])
 H = TypeVar("H", bound=Handler)
+#: A pipeline's state type (``None`` for a pipeline without state).
+S = TypeVar("S")
+
+#: Builds a pipeline's state once per hub, at start: engines exist, no handler runs yet.
+StateFactory = Callable[["Hub", "Settings"], S]
+#: A consumer handler that needs its pipeline's state (given first).
+StateHandler = Callable[[S, "Envelope", "HandlerContext"], Awaitable[list["Envelope"]]]
+#: Builds a scanner from its pipeline's state.
+StateScannerFactory = Callable[[S], "Scanner"]
+
+
+@runtime_checkable
+class Closable(Protocol):
+    """A state holding resources (HTTP clients…): the hub closes it with itself."""
+
+    async def close(self) -> None:
+        """Release what the state holds."""
+        ...
+
+
+@dataclass(frozen=True)
+class StateKey(Generic[S]):
+    """A typed handle on one pipeline's state in a hub: ``hub.state_of(key) -> S``.
+
+    A module that cannot import its pipeline (the pipeline imports it: its routes) declares
+    the key beside the state type; :attr:`Pipeline.key` is the same key.
+    """
+
+    name: str
 
 
 @dataclass(frozen=True)
@@ -94,9 +130,19 @@ class HandlerSpec:
     pipeline: str = ""
 
 
+@dataclass(frozen=True)
+class Started:
+    """A pipeline inside one started hub: its built state, handlers and scanners bound to it."""
+
+    state: object
+    handlers: list[HandlerSpec]
+    scanners: list[ScannerFactory]
+
+
 @dataclass
-class Pipeline:
-    """A named bundle of topics, event schemas and consumer handlers."""
+class PipelineBase:
+    """A named bundle of topics, event schemas, consumer handlers and scanners: what the hub
+    reads of any pipeline, whatever its state's type (see :class:`Pipeline`)."""
 
     name: str
     topics: list[TopicSpec] = field(default_factory=list)
@@ -183,3 +229,109 @@ class Pipeline:
             return fn
 
         return register
+
+    def start(self, hub: Hub, settings: Settings) -> Started:
+        """This pipeline in a starting hub; a pipeline without state has nothing to build."""
+        return Started(None, list(self.handlers), list(self.scanners))
+
+
+@dataclass
+class Pipeline(PipelineBase, Generic[S]):
+    """A pipeline whose handlers, scanners and routes share a typed per-hub state ``S``
+    (``Pipeline[None]`` for one without state)."""
+
+    #: Builds the per-hub state the ``*_with_state`` handlers and scanners receive.
+    state: StateFactory[S] | None = None
+    #: Handlers and scanners that receive the state, bound at :meth:`start`.
+    state_handlers: dict[str, StateHandler[S]] = field(default_factory=dict)
+    state_scanners: list[StateScannerFactory[S]] = field(default_factory=list)
+
+    @property
+    def key(self) -> StateKey[S]:
+        """The typed handle on this pipeline's state in a hub (``hub.state_of(key)``)."""
+        return StateKey(self.name)
+
+    def with_state(self, factory: StateFactory[S]) -> Pipeline[S]:
+        """This pipeline with its state built by ``factory`` (a test's fakes, an embedder's
+        pre-built clients); everything else is shared with the original."""
+        return replace(self, state=factory)
+
+    def start(self, hub: Hub, settings: Settings) -> Started:
+        """Build the state once and bind the handlers and scanners that receive it."""
+        if self.state is None:
+            if self.state_handlers or self.state_scanners:
+                raise TypeError(f"pipeline {self.name!r} uses state but declares no factory")
+            return super().start(hub, settings)
+        state = self.state(hub, settings)
+        handlers = [
+            replace(spec, handler=_bound(self.state_handlers[spec.group], state))
+            if spec.group in self.state_handlers
+            else spec
+            for spec in self.handlers
+        ]
+        scanners: list[ScannerFactory] = [
+            *self.scanners,
+            *(_bound_scanner(factory, state) for factory in self.state_scanners),
+        ]
+        return Started(state, handlers, scanners)
+
+    def scanner_with_state(self, factory: StateScannerFactory[S]) -> StateScannerFactory[S]:
+        """Register a scanner built from this pipeline's state (bound at hub start)."""
+        self.state_scanners.append(factory)
+        return factory
+
+    def handler_with_state(
+        self,
+        group: str,
+        topics: Sequence[str],
+        *,
+        concurrency: int = 4,
+        timeout: float | None = None,
+    ) -> Callable[[StateHandler[S]], StateHandler[S]]:
+        """Like :meth:`handler` for ``fn(state, env, ctx)``: the hub binds the state at start."""
+
+        def register(fn: StateHandler[S]) -> StateHandler[S]:
+            self.handlers.append(
+                HandlerSpec(
+                    group,
+                    tuple(topics),
+                    _unbound(self.name, group),
+                    concurrency,
+                    timeout,
+                    self.name,
+                )
+            )
+            self.state_handlers[group] = fn
+            return fn
+
+        return register
+
+
+def _bound(fn: StateHandler[S], state: S) -> Handler:
+    """``fn`` with its first argument fixed: a plain handler the runtime can call."""
+
+    async def handle(env: Envelope, ctx: HandlerContext) -> list[Envelope]:
+        return await fn(state, env, ctx)
+
+    return handle
+
+
+def _bound_scanner(factory: StateScannerFactory[S], state: S) -> ScannerFactory:
+    """A hub-taking scanner factory that builds from ``state`` instead."""
+
+    def build(_hub: Hub) -> Scanner:
+        return factory(state)
+
+    return build
+
+
+def _unbound(pipeline: str, group: str) -> Handler:
+    """Stands in for a state handler until the hub starts (and binds the real one)."""
+
+    async def refuse(env: Envelope, ctx: HandlerContext) -> list[Envelope]:
+        raise RuntimeError(
+            f"consumer group {group!r} needs pipeline {pipeline!r}'s state: "
+            "run it through a started hub (Hub.start builds the state)"
+        )
+
+    return refuse

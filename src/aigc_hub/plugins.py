@@ -21,7 +21,7 @@ from importlib import metadata
 from typing import Final
 
 from aigc_hub.core.errors import ConfigurationError
-from aigc_hub.pipeline import Pipeline
+from aigc_hub.pipeline import PipelineBase
 
 #: The entry-point group that lists installed pipelines.
 ENTRY_POINT_GROUP: Final = "aigc_hub.pipelines"
@@ -35,7 +35,7 @@ def installed() -> dict[str, metadata.EntryPoint]:
     return dict(sorted(found.items()))
 
 
-def load(selection: str | None) -> list[Pipeline]:
+def load(selection: str | None) -> list[PipelineBase]:
     """The pipelines ``selection`` names (None: every installed one), in order, each once.
 
     Raises ConfigurationError naming the setting and the first entry that cannot be loaded.
@@ -46,7 +46,7 @@ def load(selection: str | None) -> list[Pipeline]:
         if selection is None
         else [part.strip() for part in selection.split(",") if part.strip()]
     )
-    pipelines: list[Pipeline] = []
+    pipelines: list[PipelineBase] = []
     for entry in entries:
         pipeline = _load_entry(entry, available)
         same_name = [p for p in pipelines if p.name == pipeline.name]
@@ -57,7 +57,7 @@ def load(selection: str | None) -> list[Pipeline]:
     return pipelines
 
 
-def _load_entry(entry: str, available: dict[str, metadata.EntryPoint]) -> Pipeline:
+def _load_entry(entry: str, available: dict[str, metadata.EntryPoint]) -> PipelineBase:
     if ":" not in entry:
         if entry not in available:
             known = ", ".join(available) or "none"
@@ -83,8 +83,8 @@ def _import(entry: str, reference: str) -> object:
     return target
 
 
-def _checked(entry: str, target: object, attribute: str = "") -> Pipeline:
-    if not isinstance(target, Pipeline):
+def _checked(entry: str, target: object, attribute: str = "") -> PipelineBase:
+    if not isinstance(target, PipelineBase):
         what = repr(attribute) if attribute else "it"
         raise _bad(entry, f"{what} is a {type(target).__name__}, not an aigc_hub Pipeline")
     if target.settings is not None:

@@ -37,12 +37,14 @@ Headers = list[tuple[str, str]]
 @contextlib.asynccontextmanager
 async def hub_with_job(db_url: str, secret: str) -> AsyncIterator[Hub]:
     """A hub verifying local webhooks with ``secret``, whose one task has job ``job_1``."""
-    async with hub_for(db_url, MemoryBroker(), [generation]) as started:
-        settings = GenerationSettings(local_webhook_secrets=secret)
-        wiring.install(started, wiring.build(started, settings))
+    settings = GenerationSettings(local_webhook_secrets=secret)
+    pipeline = generation.with_state(lambda hub, _settings: wiring.build(hub, settings))
+    async with hub_for(db_url, MemoryBroker(), [pipeline]) as started:
         await services.grant_credits(started, tenant_id="t", amount=100, grant_id="g")
         body = services.CreateTask(model="local-v1", prompt="p", duration_s=1, resolution="160x90")
-        task = await services.create_task(started, tenant_id="t", body=body, idempotency_key="k")
+        task = await services.create_task(
+            started.state_of(wiring.STATE), tenant_id="t", body=body, idempotency_key="k"
+        )
         async with started.engine.begin() as conn:
             await conn.execute(
                 provider_jobs.insert().values(

@@ -65,7 +65,6 @@ def context(
         engine=hub.engine,
         clock=hub.clock,
         payload=payload,
-        hub=hub,
     )
 
 
@@ -84,21 +83,24 @@ async def attempts(hub: Hub) -> list[events.AttemptDispatched]:
         ]
 
 
-async def create(hub: Hub, n: int) -> None:
+async def create(gen: wiring.Generation, n: int) -> None:
     body = services.CreateTask(model="local-v1", prompt="p", duration_s=1, resolution="160x90")
-    await services.create_task(hub, tenant_id="t", body=body, idempotency_key=f"k{n}")
+    await services.create_task(gen, tenant_id="t", body=body, idempotency_key=f"k{n}")
 
 
 async def test_a_provider_failing_its_submits_is_not_reclosed_by_good_polls_of_other_jobs(
     sqlite_url: str,
 ) -> None:
-    async with hub_for(sqlite_url, MemoryBroker(), [generation]) as hub:
-        adapters = [RefusingSubmits(UNUSED), Dearer(UNUSED)]
-        gen = wiring.install(hub, wiring.build(hub, GenerationSettings(), adapters=adapters))
+    adapters = [RefusingSubmits(UNUSED), Dearer(UNUSED)]
+    pipeline = generation.with_state(
+        lambda hub, _settings: wiring.build(hub, GenerationSettings(), adapters=adapters)
+    )
+    async with hub_for(sqlite_url, MemoryBroker(), [pipeline]) as hub:
+        gen = hub.state_of(wiring.STATE)
         await services.grant_credits(hub, tenant_id="t", amount=1_000, grant_id="g")
         for n in range(5):
-            await create(hub, n)
-        assert await schedule(hub) == 5
+            await create(gen, n)
+        assert await schedule(gen) == 5
         dispatched = await attempts(hub)
         assert {d.provider for d in dispatched} == {"refusing"}  # the cheapest, while closed
         for d in dispatched:
@@ -106,15 +108,15 @@ async def test_a_provider_failing_its_submits_is_not_reclosed_by_good_polls_of_o
                 events.ATTEMPT_DISPATCHED, d.model_dump(), key=d.task_id, source="test"
             )
             with pytest.raises(Retry):
-                await submit_attempt(hub, gen, env, context(hub, env, d))
+                await submit_attempt(gen, env, context(hub, env, d))
         assert gen.providers.breakers["refusing"].open  # 5 of 5 submits failed
         for d in dispatched:  # the jobs' polls answer fine
             poll = events.PollRequested(task_id=d.task_id, attempt_id=d.attempt_id)
             env = Envelope.new(
                 events.POLL_REQUESTED, poll.model_dump(), key=d.task_id, source="test"
             )
-            assert len(await poll_job(hub, gen, env, context(hub, env, poll))) == 1
+            assert len(await poll_job(gen, env, context(hub, env, poll))) == 1
         assert gen.providers.breakers["refusing"].open
-        await create(hub, 99)
-        assert await schedule(hub) == 1
+        await create(gen, 99)
+        assert await schedule(gen) == 1
         assert (await attempts(hub))[-1].provider == "dearer"

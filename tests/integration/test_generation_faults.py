@@ -289,7 +289,7 @@ async def test_slot_permits_lost_by_the_cache_are_rebuilt_from_the_database(
                 assert holder is not None and holder[0] == owner
                 await leases.release(Lease(name, owner, holder[1], 0, 1))
                 assert await leases.holder(name) is None
-        scanner = SlotScanner(stack.hub)
+        scanner = SlotScanner(stack.gen)
         for finding in await scanner.find(stack.hub.clock.now_ms()):
             await scanner.repair(finding, stack.hub.clock.now_ms())
         for owner, names in held.items():

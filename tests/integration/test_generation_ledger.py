@@ -90,11 +90,13 @@ async def finished_task_with_open_hold(
     db_url: str, status: TaskStatus = TaskStatus.FAILED
 ) -> AsyncIterator[tuple[Hub, str]]:
     """A hub whose one task ended in ``status`` with its reservation left open (a bug)."""
-    async with hub_for(db_url, MemoryBroker(), [generation]) as hub:
-        wiring.install(hub, wiring.build(hub, GenerationSettings()))
+    pipeline = generation.with_state(lambda hub, _settings: wiring.build(hub, GenerationSettings()))
+    async with hub_for(db_url, MemoryBroker(), [pipeline]) as hub:
         await services.grant_credits(hub, tenant_id="t", amount=100, grant_id="g")
         body = services.CreateTask(model="local-v1", prompt="p", duration_s=1, resolution="160x90")
-        task = await services.create_task(hub, tenant_id="t", body=body, idempotency_key="k")
+        task = await services.create_task(
+            hub.state_of(wiring.STATE), tenant_id="t", body=body, idempotency_key="k"
+        )
         async with hub.engine.begin() as conn:
             await conn.execute(
                 sa.update(generation_tasks)

@@ -344,7 +344,7 @@ async def expired_output_url_is_fetched_again(g: FakeGeneration) -> None:
 
 
 async def cancel(g: FakeGeneration, task: str) -> None:
-    await services.cancel_task(g.hub, tenant_id=TENANT, task_id=task)
+    await services.cancel_task(g.gen, tenant_id=TENANT, task_id=task)
 
 
 @scenario

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from aigc_hub import tenancy
 from aigc_hub.bootstrap import Hub
+from aigc_hub.hub_config import HubConfig
 from aigc_hub.interfaces.http import auth, limits, problems
 from aigc_hub.interfaces.http.app import create_app
 from aigc_hub.messaging.memory import MemoryBroker
@@ -261,7 +262,7 @@ async def test_healthz_and_readyz_answer_200(client: httpx.AsyncClient) -> None:
 
 async def test_readyz_is_503_on_an_unmigrated_database(tmp_path: Path) -> None:
     engine = store_engine.create_engine(f"sqlite:///{tmp_path / 'empty.db'}")
-    hub = Hub(engine=engine, broker=MemoryBroker())
+    hub = Hub(HubConfig(engine=engine, broker=MemoryBroker()))
     await hub.start()
     try:
         async with client_for(create_app(hub)) as client:

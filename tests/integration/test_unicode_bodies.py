@@ -28,8 +28,8 @@ PAIRED = rb'{"model":"local-v1","prompt":"boat \ud83d\udea2","duration_s":1,"res
 
 @pytest.fixture
 async def hub(db_url: str) -> AsyncIterator[Hub]:
-    async with hub_for(db_url, MemoryBroker(), [generation]) as started:
-        wiring.install(started, wiring.build(started, GenerationSettings()))
+    pipeline = generation.with_state(lambda hub, _settings: wiring.build(hub, GenerationSettings()))
+    async with hub_for(db_url, MemoryBroker(), [pipeline]) as started:
         yield started
 
 

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from aigc_hub.blobs.local import LocalBlobStore
 from aigc_hub.bootstrap import Hub
 from aigc_hub.core.clock import ManualClock
+from aigc_hub.hub_config import HubConfig
 from aigc_hub.messaging.base import Broker, RebalanceCallback
 from aigc_hub.messaging.memory import MemoryConsumer
 from aigc_hub.pipelines.generation import services, wiring
@@ -64,20 +65,25 @@ class FakeGeneration:
     probe: FakeProbe
 
     @property
+    def gen(self) -> wiring.Generation:
+        """The pipeline's state in this hub."""
+        return self.hub.state_of(wiring.STATE)
+
+    @property
     def settings(self) -> GenerationSettings:
         """The pipeline's settings in this hub."""
-        return wiring.generation_of(self.hub).settings
+        return self.gen.settings
 
     def close_breakers(self) -> None:
         """Close every provider's circuit, as on a fresh hub (scenarios sharing one hub would
         otherwise inherit the breaker that earlier failing submits opened)."""
-        providers = wiring.generation_of(self.hub).providers
+        providers = self.gen.providers
         for name in providers.breakers:
             providers.breakers[name] = CircuitBreaker()
 
     async def held_slots(self) -> int:
         """How many platform slot permits are held now (each active attempt holds one)."""
-        slots = wiring.generation_of(self.hub).slots
+        slots = self.gen.slots
         names = [f"slot:platform:{n}" for n in range(slots.limits["platform"])]
         return sum([await slots.leases.holder(name) is not None for name in names])
 
@@ -87,7 +93,7 @@ class FakeGeneration:
             model=FAKE_MODEL, prompt=prompt, duration_s=duration_s, resolution="320x180"
         )
         task = await services.create_task(
-            self.hub, tenant_id=TENANT, body=body, idempotency_key=prompt
+            self.gen, tenant_id=TENANT, body=body, idempotency_key=prompt
         )
         return str(task["task_id"])
 
@@ -225,18 +231,20 @@ async def fake_generation(
     ``publish_twice`` delivers every event twice (a relay retrying after a lost ack)."""
     clock = ManualClock()
     broker = JoiningBroker(clock)
-    hub = Hub(
+    config = HubConfig(
         engine=store_engine.create_engine(db_url),
         # DoublePublisher passes everything but publish through to the broker it wraps.
         broker=cast(Broker, DoublePublisher(broker)) if publish_twice else broker,
-        pipelines=[notifications, generation],
         clock=clock,
         blobs=LocalBlobStore(tmp_path / "blobs", secret=b"test-blob-secret"),
     )
-    provider = provider or FakeProvider()
+    fake = provider or FakeProvider()
     probe = FakeProbe()
     settings = GenerationSettings(**(SETTINGS | overrides))
-    wiring.install(hub, wiring.build(hub, settings, [provider], probe=probe))
+    pipeline = generation.with_state(
+        lambda hub, _settings: wiring.build(hub, settings, [fake], probe=probe)
+    )
+    hub = Hub(config, [notifications, pipeline])
     await hub.start()
     await services.grant_credits(hub, tenant_id=TENANT, amount=10_000, grant_id="start")
     stop = asyncio.Event()
@@ -245,7 +253,7 @@ async def fake_generation(
     try:
         async with asyncio.timeout(20):
             await broker.all_joined.wait()
-        yield FakeGeneration(hub, broker, clock, provider, probe)
+        yield FakeGeneration(hub, broker, clock, fake, probe)
     finally:
         stop.set()
         await asyncio.wait_for(running, 30)

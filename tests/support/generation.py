@@ -15,6 +15,7 @@ import uvicorn
 from aigc_hub import tenancy
 from aigc_hub.blobs.local import LocalBlobStore
 from aigc_hub.bootstrap import Hub
+from aigc_hub.hub_config import HubConfig
 from aigc_hub.interfaces.http.app import create_app
 from aigc_hub.interfaces.http.limits import Limits
 from aigc_hub.messaging.base import Broker
@@ -31,6 +32,11 @@ class Stack:
     hub: Hub
     api_url: str
     provider: ProviderServer
+
+    @property
+    def gen(self) -> wiring.Generation:
+        """The generation pipeline's state in this stack's hub."""
+        return self.hub.state_of(wiring.STATE)
 
     async def tenant(self, name: str, credits: int = 100_000) -> str:
         tenant, key = await tenancy.create_tenant(self.hub.engine, name)
@@ -75,17 +81,17 @@ async def generation_stack(
     tmp_path: Path,
     **settings: Any,
 ) -> AsyncIterator[Stack]:
-    engine = store_engine.create_engine(db_url)
-    hub = Hub(
-        engine=engine,
+    config = HubConfig(
+        engine=store_engine.create_engine(db_url),
         broker=broker,
-        pipelines=[notifications.pipeline, generation],
         blobs=LocalBlobStore(tmp_path / "blobs", secret=b"test-blob-secret"),
         scanner_lease_ttl_ms=2_000,
     )
     port = free_port()
     api_url = f"http://127.0.0.1:{port}"
-    wiring.install(hub, wiring.build(hub, fast_settings(provider, api_url, **settings)))
+    fast = fast_settings(provider, api_url, **settings)
+    pipeline = generation.with_state(lambda hub, _settings: wiring.build(hub, fast))
+    hub = Hub(config, [notifications.pipeline, pipeline])
     await hub.start()
     server = uvicorn.Server(
         uvicorn.Config(

@@ -12,8 +12,9 @@ from aigc_hub.bootstrap import Hub
 from aigc_hub.core.clock import Clock, ManualClock
 from aigc_hub.core.failpoints import Failpoints
 from aigc_hub.core.retry import RetryPolicy
+from aigc_hub.hub_config import HubConfig
 from aigc_hub.messaging.base import Broker, OutgoingMessage
-from aigc_hub.pipeline import Pipeline
+from aigc_hub.pipeline import PipelineBase
 from aigc_hub.store import engine as store_engine
 from tests.support import effects as fx
 
@@ -55,7 +56,7 @@ class DoublePublisher:
 async def hub_for(
     db_url: str,
     broker: Broker,
-    pipelines: Sequence[Pipeline],
+    pipelines: Sequence[PipelineBase],
     *,
     clock: Clock | None = None,
     failpoints: Failpoints | None = None,
@@ -64,16 +65,16 @@ async def hub_for(
     """A started hub on ``db_url`` + ``broker`` with the test pipeline's tables created."""
     engine = store_engine.create_engine(db_url)
     await fx.create_tables(engine)
-    hub = Hub(
+    config = HubConfig(
         engine=engine,
         broker=broker,
-        pipelines=pipelines,
         clock=clock,
         failpoints=failpoints or Failpoints(),
         in_process=IN_PROCESS,
         delayed=DELAYED,
         concurrency=concurrency,
     )
+    hub = Hub(config, pipelines)
     await hub.start()
     try:
         yield hub

@@ -47,6 +47,7 @@ BACKBONE = frozenset(
         "media",
         "settings",
         "bootstrap",
+        "hub_config",
         "pipeline",
         "plugins",
         "tenancy",

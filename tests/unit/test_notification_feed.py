@@ -10,6 +10,7 @@ import pytest
 
 from aigc_hub.bootstrap import Hub
 from aigc_hub.core.envelope import Envelope
+from aigc_hub.hub_config import HubConfig
 from aigc_hub.messaging.base import OutgoingMessage
 from aigc_hub.messaging.memory import MemoryBroker
 from aigc_hub.reliability import notifications
@@ -179,9 +180,8 @@ def test_progress_is_a_fraction() -> None:
 
 
 async def test_every_hub_knows_the_notification_schema_and_route(tmp_path: Path) -> None:
-    hub = Hub(
-        engine=store_engine.create_engine(f"sqlite:///{tmp_path / 'h.db'}"), broker=MemoryBroker()
-    )
+    engine = store_engine.create_engine(f"sqlite:///{tmp_path / 'h.db'}")
+    hub = Hub(HubConfig(engine=engine, broker=MemoryBroker()))
     assert (notifications.EVENT_TYPE, notifications.VERSION) in hub.registry
     assert hub.routes.topic_for(notifications.EVENT_TYPE) == notifications.TOPIC
     assert [p.name for p in hub.pipelines] == ["notifications"]

@@ -17,6 +17,7 @@ from aigc_hub.cli import pipelines as pipeline_clis
 from aigc_hub.cli.main import app as root_app
 from aigc_hub.cli.run import _up_hooks
 from aigc_hub.core.errors import ConfigurationError
+from aigc_hub.hub_config import HubConfig
 from aigc_hub.messaging.memory import MemoryBroker
 from aigc_hub.pipeline import Pipeline, UpContext, UpHook
 from aigc_hub.pipelines.generation.config import GenerationSettings
@@ -119,7 +120,7 @@ async def test_up_enters_every_pipelines_hooks_and_leaves_them_when_it_stops(
     first.up_hook(hook("a"))
     second.up_hook(hook("b"))
     engine = store_engine.create_engine(f"sqlite:///{tmp_path / 'h.db'}")
-    hub = Hub(engine=engine, broker=MemoryBroker(), pipelines=[first, second])
+    hub = Hub(HubConfig(engine=engine, broker=MemoryBroker()), [first, second])
     settings = Settings(data_dir=tmp_path, api_host="127.0.0.1", api_port=8123)
     try:
         async with _up_hooks(hub, settings):

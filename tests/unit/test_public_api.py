@@ -5,7 +5,8 @@ from __future__ import annotations
 import aigc_hub
 
 EXPECTED = {
-    "Clock", "Envelope", "EnvelopeError", "HandlerContext", "Hub", "HubError", "ManualClock",
+    "Clock", "Envelope", "EnvelopeError", "HandlerContext", "Hub", "HubConfig", "HubError",
+    "ManualClock",
     "PermanentError", "Pipeline", "Retry", "RetryDecision", "RetryPolicy", "RetryableError",
     "SchemaError", "Settings", "StaleTransition", "SystemClock", "TopicSpec", "__version__",
     "new_id", "transition",

@@ -24,7 +24,7 @@ from typer.core import TyperGroup
 
 from aigc_hub import plugins
 from aigc_hub.core import errors
-from aigc_hub.pipeline import Pipeline
+from aigc_hub.pipeline import PipelineBase
 
 T = TypeVar("T")
 
@@ -173,7 +173,7 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
-def installed_pipelines(value: str | None = None) -> list[Pipeline]:
+def installed_pipelines(value: str | None = None) -> list[PipelineBase]:
     """The pipelines the hub would run: those ``value`` selects, default ``$AIGC_HUB_PIPELINES``
     (unset: every installed one; see :mod:`aigc_hub.plugins`). ConfigurationError names the
     first bad entry."""

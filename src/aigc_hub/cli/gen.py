@@ -204,13 +204,14 @@ def grant(
     says so.
     """
     from aigc_hub.bootstrap import Hub
+    from aigc_hub.hub_config import HubConfig
     from aigc_hub.messaging.memory import MemoryBroker
     from aigc_hub.pipelines.generation import services
 
     key = grant_id or str(uuid.uuid4())
 
     async def run(engine: AsyncEngine) -> tuple[Balance, bool]:
-        hub = Hub(engine=engine, broker=MemoryBroker())
+        hub = Hub(HubConfig(engine=engine, broker=MemoryBroker()))
         try:
             return await services.grant_to_tenant(
                 hub, tenant_id=tenant_id, amount=amount, grant_id=key

@@ -15,7 +15,7 @@ import typer
 
 from aigc_hub import plugins
 from aigc_hub.core.errors import ConfigurationError
-from aigc_hub.pipeline import Pipeline
+from aigc_hub.pipeline import PipelineBase
 
 
 def mount(app: typer.Typer) -> None:
@@ -30,11 +30,11 @@ def mount(app: typer.Typer) -> None:
             taken.add(pipeline.short_name)
 
 
-def _loadable() -> list[Pipeline]:
+def _loadable() -> list[PipelineBase]:
     # The raw variable, not Settings(): a bad unrelated setting must not break `--help`.
     selected = os.environ.get(plugins.SETTING) or ""
     references = [e.strip() for e in selected.split(",") if ":" in e]
-    found: list[Pipeline] = []
+    found: list[PipelineBase] = []
     for entry in [*plugins.installed(), *references]:
         try:
             found += plugins.load(entry)

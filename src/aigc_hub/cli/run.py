@@ -52,12 +52,14 @@ async def _serve(
         else None
     )
     try:
-        await hub.start()
         if api:
-            # `up`: everything in one process, the pipelines' outside processes included
+            # `up`: everything in one process, the pipelines' outside processes included; the
+            # hooks run before start, since one may give the hub the settings its state needs
             async with _up_hooks(hub, settings):
+                await hub.start()
                 await _with_api(hub, settings, stop, groups=groups, relay=relay, scan=scan, lag=lag)
         else:
+            await hub.start()
             await hub.run(stop, groups=groups, relay=relay, scan=scan, lag=lag)
     finally:
         await hub.close()

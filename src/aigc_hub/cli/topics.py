@@ -18,7 +18,7 @@ from rich.table import Table
 from aigc_hub.cli import common
 from aigc_hub.core.errors import ConfigurationError
 from aigc_hub.messaging import catalog
-from aigc_hub.pipeline import Pipeline
+from aigc_hub.pipeline import PipelineBase
 
 if TYPE_CHECKING:
     from aigc_hub.messaging.kafka import TopicDifference, TopicStatus
@@ -31,7 +31,7 @@ BOOTSTRAP_ENV = "AIGC_HUB_KAFKA_BOOTSTRAP"
 _UNITS_MS = (("d", catalog.DAY_MS), ("h", 3_600_000), ("min", 60_000), ("s", 1000))
 
 
-def merged_catalog(pipelines: Iterable[Pipeline]) -> catalog.TopicCatalog:
+def merged_catalog(pipelines: Iterable[PipelineBase]) -> catalog.TopicCatalog:
     """The backbone's topics plus every topic the pipelines declare; a clash names its pipeline."""
     merged = catalog.backbone_catalog()
     for pipeline in pipelines:

@@ -30,7 +30,7 @@ VERSION = 1
 SOURCE = "notifications"
 
 #: The backbone's own pipeline: the notification topic and event schema, nothing else.
-pipeline = Pipeline("notifications")
+pipeline: Pipeline[None] = Pipeline("notifications")
 pipeline.topic(backbone_catalog().get(TOPIC))
 
 

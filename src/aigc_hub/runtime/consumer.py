@@ -14,7 +14,7 @@ import contextlib
 import logging
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import pydantic
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -71,8 +71,6 @@ class RuntimeDeps:
     in_process: RetryPolicy = IN_PROCESS
     delayed: RetryPolicy = DELAYED
     failpoints: Failpoints = NONE
-    #: The composition root (a Hub), handed to handlers as ``ctx.hub`` for pipeline state.
-    hub: Any = None
 
 
 @dataclass
@@ -275,7 +273,6 @@ class ConsumerGroupRuntime:
             engine=self.deps.engine,
             clock=self.deps.clock,
             redelivery=item.redelivery,
-            hub=self.deps.hub,
             on_checkpoint=self.deps.committer.on_emitted,
         )
         if env is None:

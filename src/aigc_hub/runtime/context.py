@@ -96,9 +96,6 @@ class HandlerContext:
     outcome: HandlingOutcome | None = None
     redelivery: Parked | None = None
     deferrals: int = 0
-    #: The hub running this consumer (pipelines find their per-hub state on it); None in
-    #: handler unit tests that build a context by hand.
-    hub: Any = None
     #: Run after a checkpoint commits (the runtime wakes the relay there); None in unit tests.
     on_checkpoint: Callable[[], None] | None = None
     #: Checkpoints committed during this delivery (their changes count as applied).

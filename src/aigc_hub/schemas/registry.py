@@ -17,7 +17,7 @@ from aigc_hub.pipeline import EventSpec
 
 if TYPE_CHECKING:
     from aigc_hub.core.envelope import Envelope
-    from aigc_hub.pipeline import Pipeline
+    from aigc_hub.pipeline import PipelineBase
 
 
 class SchemaRegistry:
@@ -31,7 +31,7 @@ class SchemaRegistry:
             self.register(spec.name, spec.version, spec.model, topic=spec.topic)
 
     @classmethod
-    def from_pipelines(cls, pipelines: Iterable[Pipeline]) -> SchemaRegistry:
+    def from_pipelines(cls, pipelines: Iterable[PipelineBase]) -> SchemaRegistry:
         """A registry of every event of ``pipelines``; ValueError names a conflicting pipeline."""
         registry = cls()
         for pipeline in pipelines:

@@ -46,7 +46,7 @@ from sqlalchemy.engine import make_url
 
 from aigc_hub import plugins
 from aigc_hub.core import errors
-from aigc_hub.pipeline import Pipeline
+from aigc_hub.pipeline import PipelineBase
 from aigc_hub.store import engine as store_engine
 from aigc_hub.store import tables
 
@@ -69,7 +69,7 @@ def target_metadata() -> sa.MetaData:
     return tables.metadata
 
 
-def _installed() -> list[Pipeline]:
+def _installed() -> list[PipelineBase]:
     """Every installed pipeline (entry points), whatever ``AIGC_HUB_PIPELINES`` selects: a
     database keeps a pipeline's tables and revisions when a process does not run it."""
     return plugins.load(None)

@@ -8,14 +8,17 @@ answer exactly as for an unknown id, with :func:`not_found`, so ids cannot be pr
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import Depends, Request
 
 from aigc_hub import tenancy
 from aigc_hub.bootstrap import Hub
 from aigc_hub.interfaces.http.problems import Problem
+from aigc_hub.pipeline import StateKey
 from aigc_hub.tenancy import Principal
+
+S = TypeVar("S")
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
@@ -24,6 +27,14 @@ def hub_of(request: Request) -> Hub:
     """The hub the app was created around."""
     hub: Hub = request.app.state.hub
     return hub
+
+
+def state_of(request: Request, key: StateKey[S]) -> S:
+    """The state of the pipeline ``key`` names in the request's hub (built at hub start).
+
+    A pipeline's routes wrap it in a dependency: ``Depends(lambda r: state_of(r, KEY))``.
+    """
+    return hub_of(request).state_of(key)
 
 
 def not_found(what: str = "resource") -> Problem:

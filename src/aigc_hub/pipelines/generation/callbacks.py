@@ -20,7 +20,7 @@ from aigc_hub.interfaces.http import kit
 from aigc_hub.interfaces.http.kit import Problem
 from aigc_hub.pipelines.generation import events
 from aigc_hub.pipelines.generation.models import callback_events, provider_jobs
-from aigc_hub.pipelines.generation.wiring import generation_of
+from aigc_hub.pipelines.generation.wiring import STATE
 from aigc_hub.reliability import webhooks
 from aigc_hub.store.dialects import dialect_of
 
@@ -68,8 +68,8 @@ def _require_json(request: Request) -> None:
     },
 )
 async def receive(provider: str, request: Request) -> dict[str, Any]:
-    hub = kit.hub_of(request)
-    gen = generation_of(hub)
+    gen = kit.state_of(request, STATE)
+    hub = gen.hub
     secrets = gen.settings.webhook_secrets(provider)
     if provider not in gen.providers.adapters:
         raise kit.not_found("provider")

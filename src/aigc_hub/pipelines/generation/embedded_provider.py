@@ -11,11 +11,11 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 from urllib.parse import urlsplit
 
 from aigc_hub.media import tools as media_tools
-from aigc_hub.pipeline import UpContext
+from aigc_hub.pipeline import Pipeline, UpContext
 from aigc_hub.pipelines.generation import wiring
 from aigc_hub.pipelines.generation.config import GenerationSettings
 from aigc_hub.reliability import webhooks
@@ -24,6 +24,17 @@ if TYPE_CHECKING:
     from aigc_hub.bootstrap import Hub
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def _use(hub: Hub, settings: GenerationSettings) -> None:
+    """Have ``hub`` build its Generation from ``settings`` (the secret shared with the
+    provider served here) rather than from the environment alone."""
+    found = next(p for p in hub.pipelines if p.name == wiring.NAME)
+    assert isinstance(found, Pipeline)
+    # Sound: the pipeline named generation is the one whose state is a Generation (it is
+    # looked up, not imported, because the pipeline module imports this hook).
+    generation = cast("Pipeline[wiring.Generation]", found)
+    hub.use_state(generation, lambda built_for, _hub_settings: wiring.build(built_for, settings))
 
 
 def wants_embedded_provider(settings: GenerationSettings) -> bool:
@@ -50,8 +61,9 @@ async def local_provider_hook(hub: Hub, up: UpContext) -> AsyncIterator[None]:
 async def embedded_provider(
     hub: Hub, data_dir: Path, *, api_url: str
 ) -> AsyncIterator[GenerationSettings | None]:
-    """Install the generation settings on ``hub`` and, when wanted, serve the local provider
-    until the block ends. Yields the settings in force (None: generation not loaded)."""
+    """Give ``hub`` the generation settings in force and, when wanted, serve the local
+    provider until the block ends. Enter it before ``hub.start()``, which builds the state
+    from these settings. Yields them (None: generation not loaded)."""
     if not any(p.name == wiring.NAME for p in hub.pipelines):
         yield None
         return
@@ -59,12 +71,12 @@ async def embedded_provider(
     if "callback_base_url" not in settings.model_fields_set:
         settings = settings.model_copy(update={"callback_base_url": api_url})
     if not wants_embedded_provider(settings):
-        wiring.install(hub, wiring.build(hub, settings))
+        _use(hub, settings)
         yield settings
         return
     secrets = settings.local_secrets() or [webhooks.generate_secret()]
     settings = settings.model_copy(update={"local_webhook_secrets": ",".join(secrets)})
-    wiring.install(hub, wiring.build(hub, settings))
+    _use(hub, settings)
 
     import uvicorn
 

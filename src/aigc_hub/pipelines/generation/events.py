@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pydantic
 
-from aigc_hub.pipeline import Pipeline
+from aigc_hub.pipeline import PipelineBase
 from aigc_hub.pipelines.generation.adapters.base import ProviderResult
 
 DISPATCH = "generation.dispatch"
@@ -101,7 +101,7 @@ class FetchRequested(pydantic.BaseModel):
     attempt_id: str
 
 
-def register(pipeline: Pipeline) -> None:
+def register(pipeline: PipelineBase) -> None:
     """Register every payload on ``pipeline`` with its topic."""
     pipeline.event(TASK_QUEUED, topic=DISPATCH)(TaskQueued)
     pipeline.event(ATTEMPT_DISPATCHED, topic=DISPATCH)(AttemptDispatched)

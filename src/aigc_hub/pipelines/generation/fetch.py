@@ -40,9 +40,8 @@ def object_key(tenant_id: str, task_id: str, attempt_id: str) -> str:
     return f"tenants/{tenant_id}/generation/{task_id}/{attempt_id}/output.mp4"
 
 
-async def fetch_output(
-    hub: Hub, gen: Generation, env: Envelope, ctx: HandlerContext
-) -> list[Envelope]:
+async def fetch_output(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:
+    hub = gen.hub
     f = ctx.payload_as(events.FetchRequested)
     async with reader(hub.engine) as conn:
         task = await lifecycle.load(conn, f.task_id)

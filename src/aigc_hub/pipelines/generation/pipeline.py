@@ -1,6 +1,8 @@
-"""``Pipeline("generation")``: topics, events, consumer groups, routes, scanners, timeline,
-and what the hub's tools need: settings (``AIGC_HUB_GEN_*``), the ``aigc-hub gen`` CLI, its
-tables, and the local provider ``aigc-hub up`` serves beside it.
+"""``Pipeline("generation", state=build_state)``: topics, events, consumer groups, routes,
+scanners, timeline, and what the hub's tools need: settings (``AIGC_HUB_GEN_*``), the
+``aigc-hub gen`` CLI, its tables, and the local provider ``aigc-hub up`` serves beside it.
+The hub builds the state (a :class:`Generation`) once at start; the handlers and the scanners
+that need it receive it as their first argument.
 
 Installed as the entry point ``generation`` (group ``aigc_hub.pipelines``), so every hub
 process runs it unless ``AIGC_HUB_PIPELINES`` selects others. Consumer groups, each its own
@@ -15,9 +17,10 @@ concurrency pool (seed 004 §3.2.9):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.pipeline import Pipeline, TimelineEntry
@@ -35,9 +38,10 @@ from aigc_hub.pipelines.generation import (
 from aigc_hub.pipelines.generation.config import GenerationSettings
 from aigc_hub.pipelines.generation.embedded_provider import local_provider_hook
 from aigc_hub.pipelines.generation.models import task_events
-from aigc_hub.pipelines.generation.scanners import factories
+from aigc_hub.pipelines.generation.scanners import factories, state_factories
 from aigc_hub.pipelines.generation.scheduler import schedule
-from aigc_hub.pipelines.generation.wiring import generation_of
+from aigc_hub.pipelines.generation.wiring import NAME, Generation, build_state
+from aigc_hub.reliability.outbox import Routed
 from aigc_hub.runtime.context import HandlerContext
 from aigc_hub.store.engine import reader
 
@@ -45,7 +49,8 @@ if TYPE_CHECKING:
     from aigc_hub.bootstrap import Hub
 
 pipeline = Pipeline(
-    "generation",
+    NAME,
+    state=build_state,
     # `gen`: the documented `aigc-hub gen …` commands and AIGC_HUB_GEN_* settings.
     alias="gen",
     settings=GenerationSettings,
@@ -62,46 +67,46 @@ pipeline.up_hook(local_provider_hook)
 pipeline.routers += [routes.router, routes.credits_router, callbacks.router]
 for factory in factories():
     pipeline.scanner(factory)
+for state_factory in state_factories():
+    pipeline.scanner_with_state(state_factory)
 
 
-@pipeline.handler("generation-scheduler", [events.DISPATCH], concurrency=2)
-async def on_wake(env: Envelope, ctx: HandlerContext) -> list[Envelope]:
+@pipeline.handler_with_state("generation-scheduler", [events.DISPATCH], concurrency=2)
+async def on_wake(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:
     if env.event_type in (events.TASK_QUEUED, events.SLOT_FREED):
-        await schedule(ctx.hub, ctx.checkpoint)
+        await schedule(gen, ctx.checkpoint)
     return []
 
 
-@pipeline.handler("generation-submitter", [events.DISPATCH], concurrency=8, timeout=120)
-async def on_dispatch(env: Envelope, ctx: HandlerContext) -> list[Envelope]:
-    gen = generation_of(ctx.hub)
+@pipeline.handler_with_state("generation-submitter", [events.DISPATCH], concurrency=8, timeout=120)
+async def on_dispatch(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:
     if env.event_type == events.ATTEMPT_DISPATCHED:
-        return await submit.submit_attempt(ctx.hub, gen, env, ctx)
+        return await submit.submit_attempt(gen, env, ctx)
     if env.event_type == events.CANCEL_REQUESTED:
-        return await submit.cancel_at_provider(ctx.hub, gen, env, ctx)
+        return await submit.cancel_at_provider(gen, env, ctx)
     return []
 
 
-@pipeline.handler("generation-observer", [events.OBSERVE], concurrency=8)
-async def on_observed(env: Envelope, ctx: HandlerContext) -> list[Envelope]:
+@pipeline.handler_with_state("generation-observer", [events.OBSERVE], concurrency=8)
+async def on_observed(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:
     obs = ctx.payload_as(events.StatusObserved)
-    gen = generation_of(ctx.hub)
     now = ctx.clock.now_ms()
 
-    async def apply(conn: Any) -> list[Any]:
+    async def apply(conn: AsyncConnection) -> list[Envelope | Routed]:
         return list(await observe.apply(conn, gen, obs, env, now))
 
     ctx.write(apply)
     return []
 
 
-@pipeline.handler("generation-poller", [events.POLL], concurrency=8, timeout=60)
-async def on_poll(env: Envelope, ctx: HandlerContext) -> list[Envelope]:
-    return await poll.poll_job(ctx.hub, generation_of(ctx.hub), env, ctx)
+@pipeline.handler_with_state("generation-poller", [events.POLL], concurrency=8, timeout=60)
+async def on_poll(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:
+    return await poll.poll_job(gen, env, ctx)
 
 
-@pipeline.handler("generation-fetcher", [events.FETCH], concurrency=2, timeout=600)
-async def on_fetch(env: Envelope, ctx: HandlerContext) -> list[Envelope]:
-    return await fetch.fetch_output(ctx.hub, generation_of(ctx.hub), env, ctx)
+@pipeline.handler_with_state("generation-fetcher", [events.FETCH], concurrency=2, timeout=600)
+async def on_fetch(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:
+    return await fetch.fetch_output(gen, env, ctx)
 
 
 @pipeline.timeline

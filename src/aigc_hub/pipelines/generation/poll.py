@@ -6,8 +6,6 @@ the answer into one ``StatusObserved``. Backoff: exponential with jitter, reset 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import sqlalchemy as sa
 
 from aigc_hub.core.envelope import Envelope
@@ -22,11 +20,9 @@ from aigc_hub.pipelines.generation.wiring import Generation
 from aigc_hub.runtime.context import HandlerContext
 from aigc_hub.store.engine import reader
 
-if TYPE_CHECKING:
-    from aigc_hub.bootstrap import Hub
 
-
-async def poll_job(hub: Hub, gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:
+async def poll_job(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:
+    hub = gen.hub
     p = ctx.payload_as(events.PollRequested)
     async with reader(hub.engine) as conn:
         task = await lifecycle.load(conn, p.task_id)

@@ -10,9 +10,19 @@ from aigc_hub.interfaces.http import kit
 from aigc_hub.interfaces.http.kit import Idempotency, IdempotentRoute, Problem
 from aigc_hub.pipelines.generation import ledger, services
 from aigc_hub.pipelines.generation.states import TaskStatus
+from aigc_hub.pipelines.generation.wiring import STATE, Generation
 
 router = APIRouter(prefix="/generation-tasks", tags=["generation"], route_class=IdempotentRoute)
 credits_router = APIRouter(prefix="/credits", tags=["generation"])
+
+
+def _generation(request: Request) -> Generation:
+    """The request's hub's Generation (a dependency: routes declare :data:`GenerationState`)."""
+    return kit.state_of(request, STATE)
+
+
+#: The pipeline's state, as a route parameter.
+GenerationState = Annotated[Generation, Depends(_generation)]
 
 _COMMON: dict[int | str, dict[str, Any]] = {
     401: {"description": "missing or unknown API key"},
@@ -51,11 +61,12 @@ async def create_task(
     response: Response,
     who: kit.LimitedTenant,
     idem: Idempotency,
+    gen: GenerationState,
 ) -> dict[str, Any]:
     assert who.tenant_id is not None
     try:
         task = await services.create_task(
-            kit.hub_of(request),
+            gen,
             tenant_id=who.tenant_id,
             body=body,
             idempotency_key=idem.key,
@@ -131,12 +142,10 @@ async def list_tasks(
     "CANCEL_REQUESTED until the provider confirms (it may still succeed). Repeatable.",
     responses={**_TASK_ERRORS, 409: {"description": "the task already finished"}},
 )
-async def cancel_task(task_id: str, request: Request, who: kit.LimitedTenant) -> dict[str, Any]:
+async def cancel_task(task_id: str, who: kit.LimitedTenant, gen: GenerationState) -> dict[str, Any]:
     assert who.tenant_id is not None
     try:
-        return await services.cancel_task(
-            kit.hub_of(request), tenant_id=who.tenant_id, task_id=task_id
-        )
+        return await services.cancel_task(gen, tenant_id=who.tenant_id, task_id=task_id)
     except services.TaskNotFound:
         raise _not_found() from None
     except services.CannotCancel as exc:

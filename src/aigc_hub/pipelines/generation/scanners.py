@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import StaleTransition
-from aigc_hub.pipeline import ScannerFactory
+from aigc_hub.pipeline import ScannerFactory, StateScannerFactory
 from aigc_hub.pipelines.generation import events, lifecycle
 from aigc_hub.pipelines.generation.ledger import EntryType
 from aigc_hub.pipelines.generation.models import (
@@ -37,7 +37,7 @@ from aigc_hub.pipelines.generation.models import (
 from aigc_hub.pipelines.generation.observe import release_slots
 from aigc_hub.pipelines.generation.scheduler import active_attempts, schedule
 from aigc_hub.pipelines.generation.states import TERMINAL, AttemptStatus, TaskStatus
-from aigc_hub.pipelines.generation.wiring import generation_of
+from aigc_hub.pipelines.generation.wiring import Generation
 from aigc_hub.reliability.scanners import Finding
 from aigc_hub.store.engine import reader
 
@@ -62,10 +62,15 @@ def _command(task: dict[str, Any], event_type: str, payload: dict[str, Any]) -> 
 
 @dataclass
 class DeadlineScanner:
-    hub: Hub
+    gen: Generation
     name: str = "generation-deadlines"
     interval_s: float = 5.0
     batch: int = 200
+
+    @property
+    def hub(self) -> Hub:
+        """The hub the pipeline's state belongs to."""
+        return self.gen.hub
 
     async def find(self, now_ms: int) -> Sequence[Finding]:
         async with reader(self.hub.engine) as conn:
@@ -82,7 +87,7 @@ class DeadlineScanner:
             return [Finding(r.id, {"status": r.status}) for r in rows]
 
     async def repair(self, finding: Finding, now_ms: int) -> str:
-        hub, settings = self.hub, generation_of(self.hub).settings
+        hub, settings = self.hub, self.gen.settings
         async with hub.transaction() as conn:
             task = await lifecycle.load(conn, finding.target)
             if task is None or task["status"] != finding.detail["status"]:
@@ -138,7 +143,7 @@ class DeadlineScanner:
         except StaleTransition:
             return "skipped"
         await lifecycle.move_attempt(conn, attempt_id, AttemptStatus.FAILED)
-        await release_slots(conn, generation_of(self.hub), attempt_id)
+        await release_slots(conn, self.gen, attempt_id)
         freed = events.SlotFreed(tenant_id=task["tenant_id"]).model_dump()
         wake = Envelope.new(
             events.SLOT_FREED,
@@ -192,13 +197,18 @@ class DeadlineScanner:
 
 @dataclass
 class PollScanner:
-    hub: Hub
+    gen: Generation
     name: str = "generation-polls"
     interval_s: float = 1.0
     audited: bool = False
     batch: int = 500
     #: How long an emitted poll owns the job before another may be emitted.
     claim_ms: int = 30_000
+
+    @property
+    def hub(self) -> Hub:
+        """The hub the pipeline's state belongs to."""
+        return self.gen.hub
 
     async def find(self, now_ms: int) -> Sequence[Finding]:
         async with reader(self.hub.engine) as conn:
@@ -241,10 +251,15 @@ class PollScanner:
 
 @dataclass
 class SchedulerScanner:
-    hub: Hub
+    gen: Generation
     name: str = "generation-scheduler"
     interval_s: float = 2.0
     audited: bool = False
+
+    @property
+    def hub(self) -> Hub:
+        """The hub the pipeline's state belongs to."""
+        return self.gen.hub
 
     async def find(self, now_ms: int) -> Sequence[Finding]:
         async with reader(self.hub.engine) as conn:
@@ -258,21 +273,26 @@ class SchedulerScanner:
         return [Finding("queue", {})] if waiting else []
 
     async def repair(self, finding: Finding, now_ms: int) -> str:
-        return f"dispatched:{await schedule(self.hub)}"
+        return f"dispatched:{await schedule(self.gen)}"
 
 
 @dataclass
 class SlotScanner:
-    hub: Hub
+    gen: Generation
     name: str = "generation-slots"
     interval_s: float = 20.0
     audited: bool = False
+
+    @property
+    def hub(self) -> Hub:
+        """The hub the pipeline's state belongs to."""
+        return self.gen.hub
 
     async def find(self, now_ms: int) -> Sequence[Finding]:
         return [Finding(a["id"], {"slots": a["slots"]}) for a in await active_attempts(self.hub)]
 
     async def repair(self, finding: Finding, now_ms: int) -> str:
-        gen = generation_of(self.hub)
+        gen = self.gen
         before = list(finding.detail["slots"] or [])
         held = await gen.slots.renew(finding.target, before)
         if held != before:
@@ -327,5 +347,10 @@ class LedgerScanner:
 
 
 def factories() -> list[ScannerFactory]:
-    """Every scanner of the pipeline; each is built with the hub."""
-    return [DeadlineScanner, PollScanner, SchedulerScanner, SlotScanner, LedgerScanner]
+    """The pipeline's scanners built from the hub alone."""
+    return [LedgerScanner]
+
+
+def state_factories() -> list[StateScannerFactory[Generation]]:
+    """The pipeline's scanners built from its state (``Pipeline.scanner_with_state``)."""
+    return [DeadlineScanner, PollScanner, SchedulerScanner, SlotScanner]

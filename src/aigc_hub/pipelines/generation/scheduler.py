@@ -39,7 +39,7 @@ from aigc_hub.pipelines.generation.models import generation_tasks, task_attempts
 from aigc_hub.pipelines.generation.providers import Route
 from aigc_hub.pipelines.generation.requests import request_of
 from aigc_hub.pipelines.generation.states import ACTIVE_AT_PROVIDER, AttemptStatus, TaskStatus
-from aigc_hub.pipelines.generation.wiring import Generation, generation_of
+from aigc_hub.pipelines.generation.wiring import Generation
 from aigc_hub.reliability.slots import Refusal
 from aigc_hub.runtime.context import Checkpoint, checkpoint
 from aigc_hub.store.engine import reader
@@ -108,14 +108,14 @@ def hub_checkpoint(hub: Hub) -> Checkpoint:
     return run
 
 
-async def schedule(hub: Hub, record: Checkpoint | None = None) -> int:
+async def schedule(gen: Generation, record: Checkpoint | None = None) -> int:
     """Run passes until nothing more can be dispatched; returns how many were dispatched.
 
     Each dispatch commits through ``record`` (a handler passes ``ctx.checkpoint``).
     Concurrent callers in one process coalesce: the running pass runs once more for them.
     """
+    hub = gen.hub
     record = record or hub_checkpoint(hub)
-    gen = generation_of(hub)
     if gen.schedule_lock.locked():
         gen.rerun = True
         return 0

@@ -24,7 +24,7 @@ from aigc_hub.pipelines.generation.models import (
 )
 from aigc_hub.pipelines.generation.requests import request_of
 from aigc_hub.pipelines.generation.states import CANCELABLE, STAGE, TaskStatus
-from aigc_hub.pipelines.generation.wiring import generation_of
+from aigc_hub.pipelines.generation.wiring import Generation
 from aigc_hub.store import tables
 from aigc_hub.store.engine import reader
 
@@ -164,7 +164,7 @@ def _normalized(body: CreateTask) -> dict[str, Any]:
 
 
 async def create_task(
-    hub: Hub,
+    gen: Generation,
     *,
     tenant_id: str,
     body: CreateTask,
@@ -176,7 +176,7 @@ async def create_task(
     Raises InvalidRequest (422), ledger.InsufficientCredits (402). The same
     ``(tenant, idempotency_key)`` returns the existing task instead of a second one.
     """
-    gen = generation_of(hub)
+    hub = gen.hub
     if body.reference_asset_ids:
         # Uploads come with the media plane; until then no asset id can be valid.
         raise InvalidRequest("reference_asset_ids", "unknown asset id")
@@ -339,10 +339,10 @@ async def list_tasks(
     return page, (page[-1]["task_id"] if len(rows) > limit else None)
 
 
-async def cancel_task(hub: Hub, *, tenant_id: str, task_id: str) -> dict[str, Any]:
+async def cancel_task(gen: Generation, *, tenant_id: str, task_id: str) -> dict[str, Any]:
     """Cancel: a QUEUED task ends CANCELED (hold released); one at a provider becomes
     CANCEL_REQUESTED and the provider is asked to stop. Repeating it is harmless."""
-    gen = generation_of(hub)
+    hub = gen.hub
     for _ in range(5):  # re-read and decide again when another writer moved the task
         async with reader(hub.engine) as conn:
             task = await lifecycle.load(conn, task_id)

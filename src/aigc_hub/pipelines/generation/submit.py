@@ -29,7 +29,7 @@ from aigc_hub.pipelines.generation.adapters.base import (
 from aigc_hub.pipelines.generation.models import provider_jobs, task_attempts
 from aigc_hub.pipelines.generation.requests import request_of
 from aigc_hub.pipelines.generation.states import AttemptStatus, TaskStatus
-from aigc_hub.pipelines.generation.wiring import Generation, generation_of
+from aigc_hub.pipelines.generation.wiring import Generation
 from aigc_hub.reliability.outbox import Routed
 from aigc_hub.runtime.context import HandlerContext
 from aigc_hub.store.engine import reader
@@ -69,9 +69,8 @@ def _observed(
     )
 
 
-async def submit_attempt(
-    hub: Hub, gen: Generation, env: Envelope, ctx: HandlerContext
-) -> list[Envelope]:
+async def submit_attempt(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:
+    hub = gen.hub
     d = ctx.payload_as(events.AttemptDispatched)
     async with reader(hub.engine) as conn:
         task = await lifecycle.load(conn, d.task_id)
@@ -120,10 +119,10 @@ async def submit_attempt(
         result = await adapter.submit(prepared)
     except ProviderError as exc:
         breaker.record(d.attempt_id, False)
-        return _submit_failed(hub, env, d, exc, ctx)
+        return _submit_failed(gen, env, d, exc, ctx)
     except Exception as exc:
         breaker.record(d.attempt_id, False)
-        return _submit_failed(hub, env, d, adapter.classify_error(exc, during="submit"), ctx)
+        return _submit_failed(gen, env, d, adapter.classify_error(exc, during="submit"), ctx)
     breaker.record(d.attempt_id, True)
     ctx.write(
         sa.update(task_attempts)
@@ -134,10 +133,14 @@ async def submit_attempt(
 
 
 def _submit_failed(
-    hub: Hub, env: Envelope, d: events.AttemptDispatched, exc: ProviderError, ctx: HandlerContext
+    gen: Generation,
+    env: Envelope,
+    d: events.AttemptDispatched,
+    exc: ProviderError,
+    ctx: HandlerContext,
 ) -> list[Envelope]:
     if exc.retry_class is RetryClass.UNKNOWN_OUTCOME:
-        mark_unknown(hub, env, d, ctx)
+        mark_unknown(gen, env, d, ctx)
         return []
     if exc.retry_class in (RetryClass.RATE_LIMITED, RetryClass.RETRYABLE):
         # Refused before acceptance (429/5xx): the next delivery queries by key, then resubmits.
@@ -151,10 +154,11 @@ def _submit_failed(
     return [_observed(env, d, failed, "submit")]
 
 
-def mark_unknown(hub: Hub, env: Envelope, d: events.AttemptDispatched, ctx: HandlerContext) -> None:
+def mark_unknown(
+    gen: Generation, env: Envelope, d: events.AttemptDispatched, ctx: HandlerContext
+) -> None:
     """The submit timed out: the job may exist. Stage SUBMIT_UNKNOWN until a query tells."""
-    now = hub.clock.now_ms()
-    gen = generation_of(hub)
+    now = gen.hub.clock.now_ms()
 
     async def record(conn: AsyncConnection) -> list[Envelope | Routed]:
         task = await lifecycle.load(conn, d.task_id)
@@ -177,10 +181,9 @@ def mark_unknown(hub: Hub, env: Envelope, d: events.AttemptDispatched, ctx: Hand
     ctx.write(record)
 
 
-async def cancel_at_provider(
-    hub: Hub, gen: Generation, env: Envelope, ctx: HandlerContext
-) -> list[Envelope]:
+async def cancel_at_provider(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:
     """Ask the provider to stop; its answer arrives as an observation like any other."""
+    hub = gen.hub
     c = ctx.payload_as(events.CancelRequested)
     async with reader(hub.engine) as conn:
         task = await lifecycle.load(conn, c.task_id)

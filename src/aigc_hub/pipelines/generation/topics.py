@@ -7,7 +7,7 @@ events; media, render, billing and reconcile are the seed's names for the next s
 from __future__ import annotations
 
 from aigc_hub.messaging.catalog import DAY_MS, TopicSpec
-from aigc_hub.pipeline import Pipeline
+from aigc_hub.pipeline import PipelineBase
 from aigc_hub.pipelines.generation import events
 
 NAMES = (
@@ -22,7 +22,7 @@ NAMES = (
 )
 
 
-def register(pipeline: Pipeline) -> None:
+def register(pipeline: PipelineBase) -> None:
     """Declare every generation topic on ``pipeline``."""
     for name in NAMES:
         pipeline.topic(

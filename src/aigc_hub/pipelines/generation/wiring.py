@@ -1,7 +1,9 @@
 """The generation pipeline's per-hub state: settings, providers, slots, the scheduler's wake.
 
-Built on first use from :class:`GenerationSettings` (environment), or installed by a test or
-an embedding program with :func:`install`. Stored in ``hub.extensions`` and closed with the hub.
+The hub builds it once at start with :func:`build_state` (settings from the environment),
+or with the factory a test or an embedding program gave ``hub.use_state`` (fake providers,
+settings decided at run time: see :func:`build`). It is closed with the hub. Handlers and
+scanners receive it as an argument; routes take it from :data:`STATE` (``kit.state_of``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import SecretStr
 
+from aigc_hub.pipeline import StateKey
 from aigc_hub.pipelines.generation.adapters.base import ProviderAdapter
 from aigc_hub.pipelines.generation.config import GenerationSettings
 from aigc_hub.pipelines.generation.probe import VideoInfo, probe_video
@@ -22,6 +25,7 @@ from aigc_hub.reliability.slots import Slots
 
 if TYPE_CHECKING:
     from aigc_hub.bootstrap import Hub
+    from aigc_hub.settings import Settings
 
 NAME = "generation"
 
@@ -33,6 +37,8 @@ VideoProbe = Callable[[Path], Awaitable[VideoInfo]]
 class Generation:
     """Everything the pipeline's handlers, routes and scanners share within one hub."""
 
+    #: The hub this state was built for (its engine, outbox, clock, blobs…).
+    hub: Hub
     settings: GenerationSettings
     providers: Providers
     slots: Slots
@@ -43,7 +49,13 @@ class Generation:
     rerun: bool = False
 
     async def close(self) -> None:
+        """Close the provider clients."""
         await self.providers.close()
+
+
+#: The typed handle on a hub's Generation (``hub.state_of(STATE)``; routes import it, as
+#: they cannot import the pipeline that mounts them).
+STATE: StateKey[Generation] = StateKey(NAME)
 
 
 def default_adapters(settings: GenerationSettings) -> list[ProviderAdapter]:
@@ -129,9 +141,11 @@ def build(
     adapters: Sequence[ProviderAdapter] | None = None,
     probe: VideoProbe = probe_video,
 ) -> Generation:
-    """A Generation for ``hub`` (not installed); ``probe`` checks fetched outputs."""
+    """A Generation for ``hub``: ``settings`` (default: the environment), the adapters they
+    name unless ``adapters`` are given, and ``probe`` to check fetched outputs."""
     settings = settings or GenerationSettings()
     return Generation(
+        hub=hub,
         settings=settings,
         providers=Providers(adapters if adapters is not None else default_adapters(settings)),
         slots=Slots(
@@ -148,15 +162,7 @@ def build(
     )
 
 
-def install(hub: Hub, generation: Generation) -> Generation:
-    hub.extensions[NAME] = generation
-    return generation
-
-
-def generation_of(hub: Hub) -> Generation:
-    """The hub's Generation, built from the environment on first use."""
-    found = hub.extensions.get(NAME)
-    if found is None:
-        found = install(hub, build(hub))
-    assert isinstance(found, Generation)
-    return found
+def build_state(hub: Hub, settings: Settings) -> Generation:
+    """The pipeline's state factory: a Generation from ``AIGC_HUB_GEN_*`` (the hub's own
+    settings hold nothing of generation's)."""
+    return build(hub)
