@@ -31,7 +31,7 @@ from aigc_hub.bootstrap import Hub
 from aigc_hub.interfaces.http.app import create_app
 from aigc_hub.interfaces.http.limits import Limits
 from aigc_hub.observability.logging import configure_logging
-from aigc_hub.pipelines.generation.embedded_provider import embedded_provider
+from aigc_hub.pipelines.generation.up import embedded_provider
 from aigc_hub.settings import Settings
 
 

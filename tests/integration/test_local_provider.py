@@ -21,7 +21,7 @@ from aigc_hub.pipelines.generation.adapters.base import (
     RetryClass,
 )
 from aigc_hub.pipelines.generation.adapters.local import LocalProviderAdapter
-from aigc_hub.pipelines.generation.local_provider import renderer
+from aigc_hub.providers.local import renderer
 from tests.support import provider as support
 from tests.support.provider import ProviderServer, WebhookReceiver
 

@@ -6,7 +6,12 @@ layer      modules                                     may import (of ``aigc_hub
 backbone   :data:`BACKBONE`, and the package root      the backbone
 namespace  ``aigc_hub.pipelines`` (its ``__init__``)   the backbone
 pipeline   ``aigc_hub.pipelines.<name>``               the backbone, its own folder, the
-                                                       namespace and :data:`HTTP_KIT`
+                                                       namespace and :data:`HTTP_KIT`; its
+                                                       up hook (:data:`UP_HOOK_MODULE`) also
+                                                       the providers
+provider   ``aigc_hub.providers.<name>`` (outside      the backbone and its own folder: a
+           systems the hub ships, e.g. the local       vendor does not import our code
+           provider simulator)
 interface  :data:`INTERFACES` (HTTP, console, CLI)     everything but ``testing``
 testing    ``aigc_hub.testing`` (test doubles)         the backbone, pipelines (it fakes
                                                        their adapters), itself
@@ -60,6 +65,11 @@ INTERFACES = frozenset({"interfaces", "cli", "__main__"})
 #: The one module of ``interfaces`` a pipeline may import: what its HTTP routers need.
 HTTP_KIT = f"{PACKAGE}.interfaces.http.kit"
 
+#: The one module of a pipeline that may import a provider: its ``up`` hook, which serves
+#: that outside system in-process on embedded defaults. Everything else of the pipeline
+#: knows a provider only through its adapter's protocol, as it would a vendor's.
+UP_HOOK_MODULE = "up"
+
 
 class Layer(enum.Enum):
     """Where a module stands; see the table in this module's docstring."""
@@ -71,30 +81,37 @@ class Layer(enum.Enum):
     INTERFACE = "an interface"
     TESTING = "the test doubles"
     CLIENT = "the client"
+    PROVIDER = "a provider"
     UNPLACED = "no layer"
 
 
 _EVERYTHING_BUT_TESTING = frozenset(Layer) - {Layer.TESTING, Layer.UNPLACED}
 
-#: What each layer may import; a pipeline additionally only its own folder (see `_rule`).
+#: What each layer may import; a pipeline or provider additionally only its own folder, and
+#: only a pipeline's up hook a provider (see `_rule`).
 ALLOWED: dict[Layer, frozenset[Layer]] = {
     Layer.BACKBONE: frozenset({Layer.BACKBONE}),
     Layer.NAMESPACE: frozenset({Layer.BACKBONE}),
-    Layer.PIPELINE: frozenset({Layer.BACKBONE, Layer.NAMESPACE, Layer.PIPELINE, Layer.HTTP_KIT}),
+    Layer.PIPELINE: frozenset(
+        {Layer.BACKBONE, Layer.NAMESPACE, Layer.PIPELINE, Layer.HTTP_KIT, Layer.PROVIDER}
+    ),
     Layer.HTTP_KIT: _EVERYTHING_BUT_TESTING,
     Layer.INTERFACE: _EVERYTHING_BUT_TESTING,
     Layer.TESTING: frozenset({Layer.BACKBONE, Layer.NAMESPACE, Layer.PIPELINE, Layer.TESTING}),
     Layer.CLIENT: frozenset({Layer.CLIENT}),
+    Layer.PROVIDER: frozenset({Layer.BACKBONE, Layer.PROVIDER}),
     Layer.UNPLACED: frozenset(),
 }
 
 
 @dataclass(frozen=True)
 class Place:
-    """A module's layer, and for a pipeline module the pipeline's name."""
+    """A module's layer; for a pipeline or provider module also its name, and whether the
+    module is a pipeline's up hook."""
 
     layer: Layer
-    pipeline: str | None = None
+    pipeline: str | None = None  # the pipeline's name, or the provider's
+    up_hook: bool = False
 
 
 @dataclass(frozen=True)
@@ -120,7 +137,12 @@ def place_of(module: str) -> Place:
     if top in BACKBONE:
         return Place(Layer.BACKBONE)
     if top == "pipelines":
-        return Place(Layer.PIPELINE, parts[2]) if len(parts) > 2 else Place(Layer.NAMESPACE)
+        if len(parts) == 2:
+            return Place(Layer.NAMESPACE)
+        up_hook = parts[3:] == [UP_HOOK_MODULE]
+        return Place(Layer.PIPELINE, parts[2], up_hook=up_hook)
+    if top == "providers":
+        return Place(Layer.PROVIDER, parts[2] if len(parts) > 2 else None)
     if module == HTTP_KIT:
         return Place(Layer.HTTP_KIT)
     if top in INTERFACES:
@@ -140,9 +162,15 @@ def _rule(importer: Place, imported: Place) -> str | None:
         if importer.layer is Layer.PIPELINE and imported.layer is Layer.INTERFACE:
             return f"a pipeline takes only the HTTP kit ({HTTP_KIT}) from the interfaces"
         return f"{importer.layer.value} may not import {imported.layer.value}"
-    other_pipeline = imported.layer is Layer.PIPELINE and imported.pipeline != importer.pipeline
-    if importer.layer is Layer.PIPELINE and other_pipeline:
+    if importer.layer is Layer.PIPELINE and imported.layer is Layer.PROVIDER:
+        if not importer.up_hook:
+            return f"a pipeline imports a provider only in its up hook ({UP_HOOK_MODULE}.py)"
+        return None
+    other = imported.layer is importer.layer and imported.pipeline != importer.pipeline
+    if importer.layer is Layer.PIPELINE and other:
         return f"pipeline {importer.pipeline!r} imports pipeline {imported.pipeline!r}"
+    if importer.layer is Layer.PROVIDER and other and imported.pipeline is not None:
+        return f"provider {importer.pipeline!r} imports provider {imported.pipeline!r}"
     return None
 
 

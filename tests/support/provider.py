@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from aigc_hub.media import tools as media_tools
-from aigc_hub.pipelines.generation.local_provider.faults import Faults
+from aigc_hub.providers.local.faults import Faults
 from aigc_hub.reliability import webhooks
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

@@ -17,7 +17,7 @@ PIPELINES = Path(aigc_hub.__file__).parent / "pipelines"
 #: Modules whose code runs inside consumer-group handlers (plus any ``handlers/`` package).
 HANDLER_MODULES = {"pipeline.py", "submit.py", "fetch.py", "observe.py", "poll.py", "scheduler.py"}
 #: Folders of outside systems and their clients, not handler code.
-OUTSIDE = {"adapters", "local_provider"}
+OUTSIDE = {"adapters"}
 #: Calls that open a write transaction outside the runtime's commit.
 OPENS_TRANSACTION = {"transaction", "begin", "begin_nested"}
 

@@ -1,5 +1,6 @@
 """The package keeps its layers: the backbone names no pipeline or interface, a pipeline no
-other pipeline and nothing of the interfaces beyond the HTTP kit, the client nothing else.
+other pipeline and nothing of the interfaces beyond the HTTP kit (and a provider only in its
+up hook), a provider only the backbone, the client nothing else.
 
 The layers are listed once, in :mod:`tests.support.layering`.
 """
@@ -27,7 +28,8 @@ PLANTED = {
     "interfaces/http/kit.py": "from aigc_hub.interfaces.http import auth\n",
     "pipelines/__init__.py": "",
     "pipelines/alpha/__init__.py": "",
-    "pipelines/alpha/events.py": "",
+    "pipelines/alpha/events.py": "from aigc_hub.providers import sim\n",
+    "pipelines/alpha/up.py": "from aigc_hub.providers.sim import app\n",
     "pipelines/alpha/routes.py": """\
         from aigc_hub.core import ids
         from aigc_hub.interfaces.http import kit
@@ -72,6 +74,13 @@ PLANTED = {
         from aigc_hub.client import _core
         from aigc_hub.testing import FakeProvider
         """,
+    "providers/__init__.py": "",
+    "providers/sim/__init__.py": """\
+        from aigc_hub.core import ids
+        from aigc_hub.providers.sim import app
+        from aigc_hub.pipelines.alpha import events
+        """,
+    "providers/sim/app.py": "",
     "newthing.py": "VALUE = 1\n",
 }
 
@@ -109,6 +118,9 @@ def test_checker_reports_each_planted_bad_import_and_nothing_else(tmp_path: Path
         ("aigc_hub/client/__init__.py", 1, "aigc_hub.core.ids"),
         ("aigc_hub/testing/__init__.py", 2, "aigc_hub.interfaces.http.kit"),
         ("aigc_hub/cli/__init__.py", 4, "aigc_hub.testing"),
+        # a provider outside the up hook; a provider (an outside system) imports a pipeline
+        ("aigc_hub/pipelines/alpha/events.py", 1, "aigc_hub.providers.sim"),
+        ("aigc_hub/providers/sim/__init__.py", 3, "aigc_hub.pipelines.alpha.events"),
         # a module no layer claims
         ("aigc_hub/newthing.py", 1, None),
     }
@@ -118,6 +130,7 @@ def test_checker_reports_each_planted_bad_import_and_nothing_else(tmp_path: Path
     )
     assert "HTTP kit" in rules["aigc_hub/pipelines/alpha/routes.py", 6]
     assert rules["aigc_hub/settings.py", 8] == "the backbone may not import the HTTP kit"
+    assert "up hook" in rules["aigc_hub/pipelines/alpha/events.py", 1]
     assert rules["aigc_hub/client/__init__.py", 1] == "the client may not import the backbone"
 
 

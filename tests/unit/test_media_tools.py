@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from aigc_hub.media import tools
-from aigc_hub.pipelines.generation.local_provider.renderer import Renderer, RenderError
+from aigc_hub.providers.local.renderer import Renderer, RenderError
 
 
 @pytest.fixture(autouse=True)

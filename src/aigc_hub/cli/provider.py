@@ -90,7 +90,7 @@ def serve(
     """Serve the local provider's job API until Ctrl-C (see docs/providers.md)."""
     import uvicorn
 
-    from aigc_hub.pipelines.generation.local_provider.app import ProviderConfig, create_app
+    from aigc_hub.providers.local.app import ProviderConfig, create_app
     from aigc_hub.reliability import webhooks
 
     if render_mode not in ("ffmpeg", "instant"):

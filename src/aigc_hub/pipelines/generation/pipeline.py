@@ -36,10 +36,10 @@ from aigc_hub.pipelines.generation import (
     topics,
 )
 from aigc_hub.pipelines.generation.config import GenerationSettings
-from aigc_hub.pipelines.generation.embedded_provider import local_provider_hook
 from aigc_hub.pipelines.generation.models import task_events
 from aigc_hub.pipelines.generation.scanners import factories, state_factories
 from aigc_hub.pipelines.generation.scheduler import schedule
+from aigc_hub.pipelines.generation.up import local_provider_hook
 from aigc_hub.pipelines.generation.wiring import NAME, Generation, build_state
 from aigc_hub.reliability.outbox import Routed
 from aigc_hub.runtime.context import HandlerContext

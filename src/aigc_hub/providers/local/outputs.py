@@ -12,7 +12,7 @@ import hmac
 from typing import Any
 from urllib.parse import urlencode
 
-from aigc_hub.pipelines.generation.local_provider.jobs import Job, iso, now_ms
+from aigc_hub.providers.local.jobs import Job, iso, now_ms
 
 CONTENT_TYPE = "video/mp4"
 

@@ -80,7 +80,7 @@ async def embedded_provider(
 
     import uvicorn
 
-    from aigc_hub.pipelines.generation.local_provider.app import ProviderConfig, create_app
+    from aigc_hub.providers.local.app import ProviderConfig, create_app
 
     url = urlsplit(settings.local_provider_url)
     config = ProviderConfig(

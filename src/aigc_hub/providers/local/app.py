@@ -21,12 +21,12 @@ import pydantic
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 
-from aigc_hub.pipelines.generation.local_provider import catalog, outputs
-from aigc_hub.pipelines.generation.local_provider.delivery import WebhookSender
-from aigc_hub.pipelines.generation.local_provider.faults import FaultState
-from aigc_hub.pipelines.generation.local_provider.jobs import Job, JobSpec, JobStore
-from aigc_hub.pipelines.generation.local_provider.renderer import Renderer, RenderMode
-from aigc_hub.pipelines.generation.local_provider.runner import JobRunner
+from aigc_hub.providers.local import catalog, outputs
+from aigc_hub.providers.local.delivery import WebhookSender
+from aigc_hub.providers.local.faults import FaultState
+from aigc_hub.providers.local.jobs import Job, JobSpec, JobStore
+from aigc_hub.providers.local.renderer import Renderer, RenderMode
+from aigc_hub.providers.local.runner import JobRunner
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,10 +11,10 @@ import asyncio
 import logging
 from pathlib import Path
 
-from aigc_hub.pipelines.generation.local_provider import catalog
-from aigc_hub.pipelines.generation.local_provider.faults import FaultState
-from aigc_hub.pipelines.generation.local_provider.jobs import Job, JobStore
-from aigc_hub.pipelines.generation.local_provider.renderer import Renderer, RenderError
+from aigc_hub.providers.local import catalog
+from aigc_hub.providers.local.faults import FaultState
+from aigc_hub.providers.local.jobs import Job, JobStore
+from aigc_hub.providers.local.renderer import Renderer, RenderError
 
 log = logging.getLogger(__name__)
 MILESTONES = (0.25, 0.5, 0.75)

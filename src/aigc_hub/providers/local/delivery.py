@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from aigc_hub.pipelines.generation.local_provider.faults import FaultState
+from aigc_hub.providers.local.faults import FaultState
 from aigc_hub.reliability import webhooks
 
 log = logging.getLogger(__name__)
