@@ -18,10 +18,11 @@ from aigc_hub.core import ids
 from aigc_hub.interfaces.http import problems
 from aigc_hub.interfaces.http.app import create_app
 from aigc_hub.messaging.memory import MemoryBroker
-from aigc_hub.pipelines.generation import services, wiring
-from aigc_hub.pipelines.generation.config import GenerationSettings
+from aigc_hub.pipelines.generation import services
 from aigc_hub.pipelines.generation.models import callback_events, generation_tasks, provider_jobs
 from aigc_hub.pipelines.generation.pipeline import pipeline as generation
+from aigc_hub.pipelines.generation.settings import GenerationSettings
+from aigc_hub.pipelines.generation.state import STATE, build
 from aigc_hub.reliability import webhooks
 from aigc_hub.store import tables
 from tests.support.hubs import hub_for
@@ -38,12 +39,12 @@ Headers = list[tuple[str, str]]
 async def hub_with_job(db_url: str, secret: str) -> AsyncIterator[Hub]:
     """A hub verifying local webhooks with ``secret``, whose one task has job ``job_1``."""
     settings = GenerationSettings(local_webhook_secrets=secret)
-    pipeline = generation.with_state(lambda hub, _settings: wiring.build(hub, settings))
+    pipeline = generation.with_state(lambda hub, _settings: build(hub, settings))
     async with hub_for(db_url, MemoryBroker(), [pipeline]) as started:
         await services.grant_credits(started, tenant_id="t", amount=100, grant_id="g")
         body = services.CreateTask(model="local-v1", prompt="p", duration_s=1, resolution="160x90")
         task = await services.create_task(
-            started.state_of(wiring.STATE), tenant_id="t", body=body, idempotency_key="k"
+            started.state_of(STATE), tenant_id="t", body=body, idempotency_key="k"
         )
         async with started.engine.begin() as conn:
             await conn.execute(

@@ -11,7 +11,7 @@ from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import Retry
 from aigc_hub.messaging.base import Record
 from aigc_hub.messaging.memory import MemoryBroker
-from aigc_hub.pipelines.generation import events, services, wiring
+from aigc_hub.pipelines.generation import events, services
 from aigc_hub.pipelines.generation.adapters.base import (
     GenerationRequest,
     NormalizedStatus,
@@ -21,11 +21,12 @@ from aigc_hub.pipelines.generation.adapters.base import (
     RetryClass,
 )
 from aigc_hub.pipelines.generation.adapters.local import LocalProviderAdapter
-from aigc_hub.pipelines.generation.config import GenerationSettings
 from aigc_hub.pipelines.generation.models import task_attempts
 from aigc_hub.pipelines.generation.pipeline import pipeline as generation
 from aigc_hub.pipelines.generation.poll import poll_job
 from aigc_hub.pipelines.generation.scheduler import schedule
+from aigc_hub.pipelines.generation.settings import GenerationSettings
+from aigc_hub.pipelines.generation.state import STATE, Generation, build
 from aigc_hub.pipelines.generation.submit import submit_attempt
 from aigc_hub.runtime.context import HandlerContext
 from tests.support.hubs import hub_for
@@ -83,7 +84,7 @@ async def attempts(hub: Hub) -> list[events.AttemptDispatched]:
         ]
 
 
-async def create(gen: wiring.Generation, n: int) -> None:
+async def create(gen: Generation, n: int) -> None:
     body = services.CreateTask(model="local-v1", prompt="p", duration_s=1, resolution="160x90")
     await services.create_task(gen, tenant_id="t", body=body, idempotency_key=f"k{n}")
 
@@ -93,10 +94,10 @@ async def test_a_provider_failing_its_submits_is_not_reclosed_by_good_polls_of_o
 ) -> None:
     adapters = [RefusingSubmits(UNUSED), Dearer(UNUSED)]
     pipeline = generation.with_state(
-        lambda hub, _settings: wiring.build(hub, GenerationSettings(), adapters=adapters)
+        lambda hub, _settings: build(hub, GenerationSettings(), adapters=adapters)
     )
     async with hub_for(sqlite_url, MemoryBroker(), [pipeline]) as hub:
-        gen = hub.state_of(wiring.STATE)
+        gen = hub.state_of(STATE)
         await services.grant_credits(hub, tenant_id="t", amount=1_000, grant_id="g")
         for n in range(5):
             await create(gen, n)

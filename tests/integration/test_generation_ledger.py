@@ -13,11 +13,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aigc_hub.bootstrap import Hub
 from aigc_hub.messaging.memory import MemoryBroker
-from aigc_hub.pipelines.generation import ledger, lifecycle, services, wiring
-from aigc_hub.pipelines.generation.config import GenerationSettings
+from aigc_hub.pipelines.generation import ledger, lifecycle, services
 from aigc_hub.pipelines.generation.models import credit_ledger, generation_tasks
 from aigc_hub.pipelines.generation.pipeline import pipeline as generation
 from aigc_hub.pipelines.generation.scanners import LedgerScanner
+from aigc_hub.pipelines.generation.settings import GenerationSettings
+from aigc_hub.pipelines.generation.state import STATE, build
 from aigc_hub.pipelines.generation.states import TaskStatus
 from aigc_hub.reliability.scanners import ScannerRunner
 from aigc_hub.store.tables import audit_log
@@ -90,12 +91,12 @@ async def finished_task_with_open_hold(
     db_url: str, status: TaskStatus = TaskStatus.FAILED
 ) -> AsyncIterator[tuple[Hub, str]]:
     """A hub whose one task ended in ``status`` with its reservation left open (a bug)."""
-    pipeline = generation.with_state(lambda hub, _settings: wiring.build(hub, GenerationSettings()))
+    pipeline = generation.with_state(lambda hub, _settings: build(hub, GenerationSettings()))
     async with hub_for(db_url, MemoryBroker(), [pipeline]) as hub:
         await services.grant_credits(hub, tenant_id="t", amount=100, grant_id="g")
         body = services.CreateTask(model="local-v1", prompt="p", duration_s=1, resolution="160x90")
         task = await services.create_task(
-            hub.state_of(wiring.STATE), tenant_id="t", body=body, idempotency_key="k"
+            hub.state_of(STATE), tenant_id="t", body=body, idempotency_key="k"
         )
         async with hub.engine.begin() as conn:
             await conn.execute(

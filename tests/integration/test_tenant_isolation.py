@@ -35,8 +35,9 @@ from aigc_hub import tenancy
 from aigc_hub.bootstrap import Hub
 from aigc_hub.interfaces.http.app import create_app
 from aigc_hub.messaging.memory import MemoryBroker
-from aigc_hub.pipelines.generation import services, wiring
+from aigc_hub.pipelines.generation import services
 from aigc_hub.pipelines.generation.pipeline import pipeline as generation
+from aigc_hub.pipelines.generation.state import STATE
 from aigc_hub.reliability import notifications, webhooks
 from aigc_hub.reliability.dlq import DeadLetterFilter
 from aigc_hub.reliability.notifications import Notification
@@ -73,7 +74,7 @@ async def _task_of_a(hub: Hub) -> str:
     await services.grant_credits(hub, tenant_id=tenant_a.id, amount=1000, grant_id="iso-a")
     body = services.CreateTask(model="local-v1", prompt="p", duration_s=1, resolution="160x90")
     task = await services.create_task(
-        hub.state_of(wiring.STATE), tenant_id=tenant_a.id, body=body, idempotency_key="iso-a-1"
+        hub.state_of(STATE), tenant_id=tenant_a.id, body=body, idempotency_key="iso-a-1"
     )
     return str(task["task_id"])
 

@@ -14,10 +14,11 @@ from aigc_hub.bootstrap import Hub
 from aigc_hub.interfaces.http import problems
 from aigc_hub.interfaces.http.app import create_app
 from aigc_hub.messaging.memory import MemoryBroker
-from aigc_hub.pipelines.generation import services, wiring
-from aigc_hub.pipelines.generation.config import GenerationSettings
+from aigc_hub.pipelines.generation import services
 from aigc_hub.pipelines.generation.models import credit_ledger, generation_tasks
 from aigc_hub.pipelines.generation.pipeline import pipeline as generation
+from aigc_hub.pipelines.generation.settings import GenerationSettings
+from aigc_hub.pipelines.generation.state import build
 from aigc_hub.store import tables
 from tests.support.hubs import hub_for
 
@@ -28,7 +29,7 @@ PAIRED = rb'{"model":"local-v1","prompt":"boat \ud83d\udea2","duration_s":1,"res
 
 @pytest.fixture
 async def hub(db_url: str) -> AsyncIterator[Hub]:
-    pipeline = generation.with_state(lambda hub, _settings: wiring.build(hub, GenerationSettings()))
+    pipeline = generation.with_state(lambda hub, _settings: build(hub, GenerationSettings()))
     async with hub_for(db_url, MemoryBroker(), [pipeline]) as started:
         yield started
 

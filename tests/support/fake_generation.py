@@ -24,10 +24,11 @@ from aigc_hub.core.clock import ManualClock
 from aigc_hub.hub_config import HubConfig
 from aigc_hub.messaging.base import Broker, RebalanceCallback
 from aigc_hub.messaging.memory import MemoryConsumer
-from aigc_hub.pipelines.generation import services, wiring
-from aigc_hub.pipelines.generation.config import GenerationSettings
+from aigc_hub.pipelines.generation import services
 from aigc_hub.pipelines.generation.models import generation_tasks, task_events
 from aigc_hub.pipelines.generation.pipeline import pipeline as generation
+from aigc_hub.pipelines.generation.settings import GenerationSettings
+from aigc_hub.pipelines.generation.state import STATE, Generation, build
 from aigc_hub.reliability.breaker import CircuitBreaker
 from aigc_hub.reliability.notifications import pipeline as notifications
 from aigc_hub.store import engine as store_engine
@@ -65,9 +66,9 @@ class FakeGeneration:
     probe: FakeProbe
 
     @property
-    def gen(self) -> wiring.Generation:
+    def gen(self) -> Generation:
         """The pipeline's state in this hub."""
-        return self.hub.state_of(wiring.STATE)
+        return self.hub.state_of(STATE)
 
     @property
     def settings(self) -> GenerationSettings:
@@ -242,7 +243,7 @@ async def fake_generation(
     probe = FakeProbe()
     settings = GenerationSettings(**(SETTINGS | overrides))
     pipeline = generation.with_state(
-        lambda hub, _settings: wiring.build(hub, settings, [fake], probe=probe)
+        lambda hub, _settings: build(hub, settings, [fake], probe=probe)
     )
     hub = Hub(config, [notifications, pipeline])
     await hub.start()

@@ -19,9 +19,10 @@ from aigc_hub.hub_config import HubConfig
 from aigc_hub.interfaces.http.app import create_app
 from aigc_hub.interfaces.http.limits import Limits
 from aigc_hub.messaging.base import Broker
-from aigc_hub.pipelines.generation import services, wiring
-from aigc_hub.pipelines.generation.config import GenerationSettings
+from aigc_hub.pipelines.generation import services
 from aigc_hub.pipelines.generation.pipeline import pipeline as generation
+from aigc_hub.pipelines.generation.settings import GenerationSettings
+from aigc_hub.pipelines.generation.state import STATE, Generation, build
 from aigc_hub.reliability import notifications
 from aigc_hub.store import engine as store_engine
 from tests.support.provider import SECRET, ProviderServer, free_port
@@ -34,9 +35,9 @@ class Stack:
     provider: ProviderServer
 
     @property
-    def gen(self) -> wiring.Generation:
+    def gen(self) -> Generation:
         """The generation pipeline's state in this stack's hub."""
-        return self.hub.state_of(wiring.STATE)
+        return self.hub.state_of(STATE)
 
     async def tenant(self, name: str, credits: int = 100_000) -> str:
         tenant, key = await tenancy.create_tenant(self.hub.engine, name)
@@ -90,7 +91,7 @@ async def generation_stack(
     port = free_port()
     api_url = f"http://127.0.0.1:{port}"
     fast = fast_settings(provider, api_url, **settings)
-    pipeline = generation.with_state(lambda hub, _settings: wiring.build(hub, fast))
+    pipeline = generation.with_state(lambda hub, _settings: build(hub, fast))
     hub = Hub(config, [notifications.pipeline, pipeline])
     await hub.start()
     server = uvicorn.Server(

@@ -25,7 +25,7 @@ def test_settings_doc_names_every_setting() -> None:
 
 
 def test_settings_doc_names_every_generation_setting() -> None:
-    from aigc_hub.pipelines.generation.config import GenerationSettings
+    from aigc_hub.pipelines.generation.settings import GenerationSettings
 
     text = (DOCS / "settings.md").read_text()
     for name in GenerationSettings.model_fields:

@@ -12,9 +12,10 @@ import pytest
 
 from aigc_hub.cache.memory import MemoryCache
 from aigc_hub.core.clock import ManualClock
-from aigc_hub.pipelines.generation.config import GenerationSettings
 from aigc_hub.pipelines.generation.providers import Route
 from aigc_hub.pipelines.generation.scheduler import Queued, fair_order, slot_scopes
+from aigc_hub.pipelines.generation.settings import GenerationSettings
+from aigc_hub.pipelines.generation.state import build
 from aigc_hub.pipelines.generation.states import (
     CANCELABLE,
     TERMINAL,
@@ -23,7 +24,6 @@ from aigc_hub.pipelines.generation.states import (
     can_move,
     sources_of,
 )
-from aigc_hub.pipelines.generation.wiring import build
 from aigc_hub.reliability.slots import Refusal
 
 if TYPE_CHECKING:

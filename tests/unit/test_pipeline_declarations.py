@@ -20,8 +20,8 @@ from aigc_hub.core.errors import ConfigurationError
 from aigc_hub.hub_config import HubConfig
 from aigc_hub.messaging.memory import MemoryBroker
 from aigc_hub.pipeline import Pipeline, UpContext, UpHook
-from aigc_hub.pipelines.generation.config import GenerationSettings
 from aigc_hub.pipelines.generation.pipeline import pipeline as generation
+from aigc_hub.pipelines.generation.settings import GenerationSettings
 from aigc_hub.settings import Settings
 from aigc_hub.store import engine as store_engine
 

@@ -15,7 +15,6 @@ import httpx
 import pytest
 from tests.support.vendor_fakes import FIXTURES, fill, iso
 
-from aigc_hub.pipelines.generation import wiring
 from aigc_hub.pipelines.generation.adapters import fal, fetch, hosted, replicate_reconcile
 from aigc_hub.pipelines.generation.adapters.base import (
     GenerationRequest,
@@ -26,7 +25,8 @@ from aigc_hub.pipelines.generation.adapters.base import (
 from aigc_hub.pipelines.generation.adapters.fal import FalAdapter
 from aigc_hub.pipelines.generation.adapters.replicate import ReplicateAdapter
 from aigc_hub.pipelines.generation.adapters.runway import RunwayAdapter
-from aigc_hub.pipelines.generation.config import GenerationSettings
+from aigc_hub.pipelines.generation.settings import GenerationSettings
+from aigc_hub.pipelines.generation.state import default_adapters
 
 BASE = "http://vendor.test"
 REQUEST = httpx.Request("POST", f"{BASE}/v1/x")
@@ -335,10 +335,8 @@ async def test_an_output_url_with_user_info_is_refused_before_any_request(
 def test_an_enabled_vendor_without_a_key_names_the_variable(vendor: str) -> None:
     settings = GenerationSettings(providers=vendor)
     with pytest.raises(ValueError, match=f"AIGC_HUB_GEN_{vendor.upper()}_API_KEY"):
-        wiring.default_adapters(settings)
-    built = wiring.default_adapters(
-        GenerationSettings(providers=vendor, **{f"{vendor}_api_key": "k"})
-    )
+        default_adapters(settings)
+    built = default_adapters(GenerationSettings(providers=vendor, **{f"{vendor}_api_key": "k"}))
     assert [a.name for a in built] == [vendor]
 
 

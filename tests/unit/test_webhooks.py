@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aigc_hub.core.errors import ConfigurationError, PermanentError
-from aigc_hub.pipelines.generation.config import GenerationSettings
+from aigc_hub.pipelines.generation.settings import GenerationSettings
 from aigc_hub.reliability import webhooks
 from aigc_hub.reliability.webhooks import (
     VerifiedWebhook,

@@ -20,7 +20,7 @@ from aigc_hub.interfaces.http import kit
 from aigc_hub.interfaces.http.kit import Problem
 from aigc_hub.pipelines.generation import events
 from aigc_hub.pipelines.generation.models import callback_events, provider_jobs
-from aigc_hub.pipelines.generation.wiring import STATE
+from aigc_hub.pipelines.generation.state import STATE
 from aigc_hub.reliability import webhooks
 from aigc_hub.store.dialects import dialect_of
 

@@ -1,9 +1,15 @@
-"""Event payloads of the generation pipeline; envelopes carry ids, never media or URLs."""
+"""The generation pipeline's topics (seed 004 §3.5.3) and versioned event payloads; envelopes
+carry ids, never media or URLs.
+
+The seed names the topics without numbers: 12 partitions and 7 days each. Four carry today's
+events; media, render, billing and reconcile are the seed's names for the next steps.
+"""
 
 from __future__ import annotations
 
 import pydantic
 
+from aigc_hub.messaging.catalog import DAY_MS, TopicSpec
 from aigc_hub.pipeline import PipelineBase
 from aigc_hub.pipelines.generation.adapters.base import ProviderResult
 
@@ -19,6 +25,17 @@ STATUS_OBSERVED = "generation.provider.status_observed"
 POLL_REQUESTED = "generation.poll.requested"
 FETCH_REQUESTED = "generation.output.fetch_requested"
 SLOT_FREED = "generation.slot.freed"
+
+TOPIC_NAMES = (
+    DISPATCH,
+    OBSERVE,
+    POLL,
+    FETCH,
+    "media.process",
+    "render.execute",
+    "billing.command",
+    "reconcile.command",
+)
 
 
 class TaskQueued(pydantic.BaseModel):
@@ -102,7 +119,17 @@ class FetchRequested(pydantic.BaseModel):
 
 
 def register(pipeline: PipelineBase) -> None:
-    """Register every payload on ``pipeline`` with its topic."""
+    """Declare every generation topic on ``pipeline``, and every payload with its topic."""
+    for name in TOPIC_NAMES:
+        pipeline.topic(
+            TopicSpec(
+                name,
+                12,
+                7 * DAY_MS,
+                pipeline=pipeline.name,
+                note="partitions and retention not given by the seed",
+            )
+        )
     pipeline.event(TASK_QUEUED, topic=DISPATCH)(TaskQueued)
     pipeline.event(ATTEMPT_DISPATCHED, topic=DISPATCH)(AttemptDispatched)
     pipeline.event(CANCEL_REQUESTED, topic=DISPATCH)(CancelRequested)

@@ -23,8 +23,8 @@ from aigc_hub.pipelines.generation import events, lifecycle
 from aigc_hub.pipelines.generation.adapters.base import NormalizedStatus, ProviderError
 from aigc_hub.pipelines.generation.models import assets, provider_jobs
 from aigc_hub.pipelines.generation.probe import InvalidMedia
+from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import TaskStatus
-from aigc_hub.pipelines.generation.wiring import Generation
 from aigc_hub.reliability.outbox import Routed
 from aigc_hub.runtime.context import HandlerContext
 from aigc_hub.store.dialects import dialect_of

@@ -18,8 +18,8 @@ from aigc_hub.core.envelope import Envelope
 from aigc_hub.pipelines.generation import events, lifecycle
 from aigc_hub.pipelines.generation.adapters.base import NormalizedStatus
 from aigc_hub.pipelines.generation.models import generation_tasks, provider_jobs, task_attempts
+from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import AttemptStatus, TaskStatus
-from aigc_hub.pipelines.generation.wiring import Generation
 from aigc_hub.store.dialects import dialect_of
 
 S = TaskStatus

@@ -33,14 +33,13 @@ from aigc_hub.pipelines.generation import (
     poll,
     routes,
     submit,
-    topics,
 )
-from aigc_hub.pipelines.generation.config import GenerationSettings
 from aigc_hub.pipelines.generation.models import task_events
 from aigc_hub.pipelines.generation.scanners import factories, state_factories
 from aigc_hub.pipelines.generation.scheduler import schedule
+from aigc_hub.pipelines.generation.settings import GenerationSettings
+from aigc_hub.pipelines.generation.state import NAME, Generation, build_state
 from aigc_hub.pipelines.generation.up import local_provider_hook
-from aigc_hub.pipelines.generation.wiring import NAME, Generation, build_state
 from aigc_hub.reliability.outbox import Routed
 from aigc_hub.runtime.context import HandlerContext
 from aigc_hub.store.engine import reader
@@ -61,7 +60,6 @@ pipeline = Pipeline(
     # Its tables' revisions (0004 on) are in the hub's own linear chain: no branch of its own.
     migrations=None,
 )
-topics.register(pipeline)
 events.register(pipeline)
 pipeline.up_hook(local_provider_hook)
 pipeline.routers += [routes.router, routes.credits_router, callbacks.router]

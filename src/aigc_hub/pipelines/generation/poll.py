@@ -14,9 +14,9 @@ from aigc_hub.pipelines.generation import events, lifecycle
 from aigc_hub.pipelines.generation.adapters.base import ProviderError
 from aigc_hub.pipelines.generation.models import provider_jobs, task_attempts
 from aigc_hub.pipelines.generation.observe import next_poll
+from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import TaskStatus
 from aigc_hub.pipelines.generation.submit import observed
-from aigc_hub.pipelines.generation.wiring import Generation
 from aigc_hub.runtime.context import HandlerContext
 from aigc_hub.store.engine import reader
 

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from aigc_hub.interfaces.http import kit
 from aigc_hub.interfaces.http.kit import Idempotency, IdempotentRoute, Problem
 from aigc_hub.pipelines.generation import ledger, services
+from aigc_hub.pipelines.generation.state import STATE, Generation
 from aigc_hub.pipelines.generation.states import TaskStatus
-from aigc_hub.pipelines.generation.wiring import STATE, Generation
 
 router = APIRouter(prefix="/generation-tasks", tags=["generation"], route_class=IdempotentRoute)
 credits_router = APIRouter(prefix="/credits", tags=["generation"])

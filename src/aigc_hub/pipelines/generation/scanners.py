@@ -36,8 +36,8 @@ from aigc_hub.pipelines.generation.models import (
 )
 from aigc_hub.pipelines.generation.observe import release_slots
 from aigc_hub.pipelines.generation.scheduler import active_attempts, schedule
+from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import TERMINAL, AttemptStatus, TaskStatus
-from aigc_hub.pipelines.generation.wiring import Generation
 from aigc_hub.reliability.scanners import Finding
 from aigc_hub.store.engine import reader
 

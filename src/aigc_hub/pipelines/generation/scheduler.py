@@ -38,8 +38,8 @@ from aigc_hub.pipelines.generation.adapters.base import CapabilityError
 from aigc_hub.pipelines.generation.models import generation_tasks, task_attempts
 from aigc_hub.pipelines.generation.providers import Route
 from aigc_hub.pipelines.generation.requests import request_of
+from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import ACTIVE_AT_PROVIDER, AttemptStatus, TaskStatus
-from aigc_hub.pipelines.generation.wiring import Generation
 from aigc_hub.reliability.slots import Refusal
 from aigc_hub.runtime.context import Checkpoint, checkpoint
 from aigc_hub.store.engine import reader

@@ -23,8 +23,8 @@ from aigc_hub.pipelines.generation.models import (
     task_events,
 )
 from aigc_hub.pipelines.generation.requests import request_of
+from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import CANCELABLE, STAGE, TaskStatus
-from aigc_hub.pipelines.generation.wiring import Generation
 from aigc_hub.store import tables
 from aigc_hub.store.engine import reader
 

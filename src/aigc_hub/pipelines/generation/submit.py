@@ -28,8 +28,8 @@ from aigc_hub.pipelines.generation.adapters.base import (
 )
 from aigc_hub.pipelines.generation.models import provider_jobs, task_attempts
 from aigc_hub.pipelines.generation.requests import request_of
+from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import AttemptStatus, TaskStatus
-from aigc_hub.pipelines.generation.wiring import Generation
 from aigc_hub.reliability.outbox import Routed
 from aigc_hub.runtime.context import HandlerContext
 from aigc_hub.store.engine import reader

@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 
 from aigc_hub.media import tools as media_tools
 from aigc_hub.pipeline import Pipeline, UpContext
-from aigc_hub.pipelines.generation import wiring
-from aigc_hub.pipelines.generation.config import GenerationSettings
+from aigc_hub.pipelines.generation.settings import GenerationSettings
+from aigc_hub.pipelines.generation.state import NAME, Generation, build
 from aigc_hub.reliability import webhooks
 
 if TYPE_CHECKING:
@@ -29,12 +29,12 @@ LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 def _use(hub: Hub, settings: GenerationSettings) -> None:
     """Have ``hub`` build its Generation from ``settings`` (the secret shared with the
     provider served here) rather than from the environment alone."""
-    found = next(p for p in hub.pipelines if p.name == wiring.NAME)
+    found = next(p for p in hub.pipelines if p.name == NAME)
     assert isinstance(found, Pipeline)
     # Sound: the pipeline named generation is the one whose state is a Generation (it is
     # looked up, not imported, because the pipeline module imports this hook).
-    generation = cast("Pipeline[wiring.Generation]", found)
-    hub.use_state(generation, lambda built_for, _hub_settings: wiring.build(built_for, settings))
+    generation = cast("Pipeline[Generation]", found)
+    hub.use_state(generation, lambda built_for, _hub_settings: build(built_for, settings))
 
 
 def wants_embedded_provider(settings: GenerationSettings) -> bool:
@@ -64,7 +64,7 @@ async def embedded_provider(
     """Give ``hub`` the generation settings in force and, when wanted, serve the local
     provider until the block ends. Enter it before ``hub.start()``, which builds the state
     from these settings. Yields them (None: generation not loaded)."""
-    if not any(p.name == wiring.NAME for p in hub.pipelines):
+    if not any(p.name == NAME for p in hub.pipelines):
         yield None
         return
     settings = GenerationSettings()

@@ -18,9 +18,9 @@ from pydantic import SecretStr
 
 from aigc_hub.pipeline import StateKey
 from aigc_hub.pipelines.generation.adapters.base import ProviderAdapter
-from aigc_hub.pipelines.generation.config import GenerationSettings
 from aigc_hub.pipelines.generation.probe import VideoInfo, probe_video
 from aigc_hub.pipelines.generation.providers import Providers
+from aigc_hub.pipelines.generation.settings import GenerationSettings
 from aigc_hub.reliability.slots import Slots
 
 if TYPE_CHECKING:
