@@ -6,7 +6,8 @@ layer      modules                                     may import (of ``aigc_hub
 backbone   :data:`BACKBONE`, and the package root      the backbone
 namespace  ``aigc_hub.pipelines`` (its ``__init__``)   the backbone
 pipeline   ``aigc_hub.pipelines.<name>``               the backbone, its own folder, the
-                                                       namespace and :data:`HTTP_KIT`; its
+                                                       namespace, :data:`HTTP_KIT` and
+                                                       :data:`CLI_KIT`; its
                                                        up hook (:data:`UP_HOOK_MODULE`) also
                                                        the providers
 provider   ``aigc_hub.providers.<name>`` (outside      the backbone and its own folder: a
@@ -65,6 +66,9 @@ INTERFACES = frozenset({"interfaces", "cli", "__main__"})
 #: The one module of ``interfaces`` a pipeline may import: what its HTTP routers need.
 HTTP_KIT = f"{PACKAGE}.interfaces.http.kit"
 
+#: The one module of ``cli`` a pipeline may import: what its ``cli.py`` needs.
+CLI_KIT = f"{PACKAGE}.cli.kit"
+
 #: The one module of a pipeline that may import a provider: its ``up`` hook, which serves
 #: that outside system in-process on embedded defaults. Everything else of the pipeline
 #: knows a provider only through its adapter's protocol, as it would a vendor's.
@@ -78,6 +82,7 @@ class Layer(enum.Enum):
     NAMESPACE = "the pipelines namespace"
     PIPELINE = "a pipeline"
     HTTP_KIT = "the HTTP kit"
+    CLI_KIT = "the CLI kit"
     INTERFACE = "an interface"
     TESTING = "the test doubles"
     CLIENT = "the client"
@@ -93,9 +98,17 @@ ALLOWED: dict[Layer, frozenset[Layer]] = {
     Layer.BACKBONE: frozenset({Layer.BACKBONE}),
     Layer.NAMESPACE: frozenset({Layer.BACKBONE}),
     Layer.PIPELINE: frozenset(
-        {Layer.BACKBONE, Layer.NAMESPACE, Layer.PIPELINE, Layer.HTTP_KIT, Layer.PROVIDER}
+        {
+            Layer.BACKBONE,
+            Layer.NAMESPACE,
+            Layer.PIPELINE,
+            Layer.HTTP_KIT,
+            Layer.CLI_KIT,
+            Layer.PROVIDER,
+        }
     ),
     Layer.HTTP_KIT: _EVERYTHING_BUT_TESTING,
+    Layer.CLI_KIT: _EVERYTHING_BUT_TESTING,
     Layer.INTERFACE: _EVERYTHING_BUT_TESTING,
     Layer.TESTING: frozenset({Layer.BACKBONE, Layer.NAMESPACE, Layer.PIPELINE, Layer.TESTING}),
     Layer.CLIENT: frozenset({Layer.CLIENT}),
@@ -145,6 +158,8 @@ def place_of(module: str) -> Place:
         return Place(Layer.PROVIDER, parts[2] if len(parts) > 2 else None)
     if module == HTTP_KIT:
         return Place(Layer.HTTP_KIT)
+    if module == CLI_KIT:
+        return Place(Layer.CLI_KIT)
     if top in INTERFACES:
         return Place(Layer.INTERFACE)
     if top == "testing":
@@ -160,7 +175,10 @@ def _rule(importer: Place, imported: Place) -> str | None:
         return "the imported module is in no layer"
     if imported.layer not in ALLOWED[importer.layer]:
         if importer.layer is Layer.PIPELINE and imported.layer is Layer.INTERFACE:
-            return f"a pipeline takes only the HTTP kit ({HTTP_KIT}) from the interfaces"
+            return (
+                f"a pipeline takes only the HTTP kit ({HTTP_KIT}) and the CLI kit ({CLI_KIT}) "
+                "from the interfaces"
+            )
         return f"{importer.layer.value} may not import {imported.layer.value}"
     if importer.layer is Layer.PIPELINE and imported.layer is Layer.PROVIDER:
         if not importer.up_hook:

@@ -81,6 +81,13 @@ PLANTED = {
         from aigc_hub.pipelines.alpha import events
         """,
     "providers/sim/app.py": "",
+    "cli/common.py": "",
+    "cli/kit.py": "from aigc_hub.cli import common\n",
+    "pipelines/alpha/cli.py": """\
+        from aigc_hub.cli import kit
+        from aigc_hub.cli import common
+        from aigc_hub.client import _core
+        """,
     "newthing.py": "VALUE = 1\n",
 }
 
@@ -118,6 +125,9 @@ def test_checker_reports_each_planted_bad_import_and_nothing_else(tmp_path: Path
         ("aigc_hub/client/__init__.py", 1, "aigc_hub.core.ids"),
         ("aigc_hub/testing/__init__.py", 2, "aigc_hub.interfaces.http.kit"),
         ("aigc_hub/cli/__init__.py", 4, "aigc_hub.testing"),
+        # a pipeline's CLI: past the CLI kit, or the client without it
+        ("aigc_hub/pipelines/alpha/cli.py", 2, "aigc_hub.cli.common"),
+        ("aigc_hub/pipelines/alpha/cli.py", 3, "aigc_hub.client._core"),
         # a provider outside the up hook; a provider (an outside system) imports a pipeline
         ("aigc_hub/pipelines/alpha/events.py", 1, "aigc_hub.providers.sim"),
         ("aigc_hub/providers/sim/__init__.py", 3, "aigc_hub.pipelines.alpha.events"),
@@ -130,6 +140,7 @@ def test_checker_reports_each_planted_bad_import_and_nothing_else(tmp_path: Path
     )
     assert "HTTP kit" in rules["aigc_hub/pipelines/alpha/routes.py", 6]
     assert rules["aigc_hub/settings.py", 8] == "the backbone may not import the HTTP kit"
+    assert "CLI kit" in rules["aigc_hub/pipelines/alpha/cli.py", 2]
     assert "up hook" in rules["aigc_hub/pipelines/alpha/events.py", 1]
     assert rules["aigc_hub/client/__init__.py", 1] == "the client may not import the backbone"
 
@@ -137,18 +148,21 @@ def test_checker_reports_each_planted_bad_import_and_nothing_else(tmp_path: Path
 def test_every_listed_layer_member_exists_in_src() -> None:
     for name in layering.BACKBONE | layering.INTERFACES:
         assert (SRC / name).is_dir() or (SRC / f"{name}.py").is_file(), name
-    kit = SRC.joinpath(*layering.HTTP_KIT.split(".")[1:]).with_suffix(".py")
-    assert kit.is_file(), kit
+    for kit_name in (layering.HTTP_KIT, layering.CLI_KIT):
+        kit = SRC.joinpath(*kit_name.split(".")[1:]).with_suffix(".py")
+        assert kit.is_file(), kit
 
 
 def test_pipelines_doc_names_every_layer_member_and_every_kit_name() -> None:
-    from aigc_hub.interfaces.http import kit
+    from aigc_hub.cli import kit as cli_kit
+    from aigc_hub.interfaces.http import kit as http_kit
 
     text = (SRC.parents[1] / "docs" / "pipelines.md").read_text(encoding="utf-8")
     for name in layering.BACKBONE | layering.INTERFACES:
         assert f"`{name}" in text, name
     assert f"`{layering.HTTP_KIT}`" in text
-    for name in kit.__all__:
+    assert f"`{layering.CLI_KIT}`" in text
+    for name in [*http_kit.__all__, *cli_kit.__all__]:
         assert f"`{name}" in text, name
 
 

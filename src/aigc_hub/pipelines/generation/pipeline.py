@@ -53,9 +53,8 @@ pipeline = Pipeline(
     # `gen`: the documented `aigc-hub gen …` commands and AIGC_HUB_GEN_* settings.
     alias="gen",
     settings=GenerationSettings,
-    # Named, not imported: its commands use the CLI layer's helpers, which a pipeline may not
-    # import (tests/support/layering.py); they move into the folder with a CLI kit.
-    cli="aigc_hub.cli.gen:app",
+    # Named, not imported: only the CLI loads it, so hub processes never load CLI code.
+    cli="aigc_hub.pipelines.generation.cli:app",
     models=models.__name__,
     # Its tables' revisions (0004 on) are in the hub's own linear chain: no branch of its own.
     migrations=None,

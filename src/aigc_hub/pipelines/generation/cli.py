@@ -19,14 +19,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from aigc_hub.cli import common, database
-from aigc_hub.client import HubAPIError, HubClient, WaitTimeout
-from aigc_hub.client._models import GenerationTask
+from aigc_hub.cli import kit
+from aigc_hub.cli.kit import GenerationTask, HubAPIError, HubClient, WaitTimeout
 
 if TYPE_CHECKING:
     from aigc_hub.pipelines.generation.ledger import Balance
 
-app = common.new_app("gen", "Generation tasks: submit, get, list, cancel, wait; credits.")
+app = kit.new_app("gen", "Generation tasks: submit, get, list, cancel, wait; credits.")
 
 ApiUrl = Annotated[
     str,
@@ -44,15 +43,15 @@ ApiKey = Annotated[
 Json = Annotated[bool, typer.Option("--json", help="Print the task as JSON.")]
 DEFAULT_URL = "http://127.0.0.1:8000"
 _STATUS_EXIT = {
-    400: common.ExitCode.USAGE,
-    401: common.ExitCode.USAGE,
-    402: common.ExitCode.FAILURE,
-    403: common.ExitCode.USAGE,
-    404: common.ExitCode.NOT_FOUND,
-    409: common.ExitCode.CONFLICT,
-    422: common.ExitCode.USAGE,
-    429: common.ExitCode.UNAVAILABLE,
-    503: common.ExitCode.UNAVAILABLE,
+    400: kit.ExitCode.USAGE,
+    401: kit.ExitCode.USAGE,
+    402: kit.ExitCode.FAILURE,
+    403: kit.ExitCode.USAGE,
+    404: kit.ExitCode.NOT_FOUND,
+    409: kit.ExitCode.CONFLICT,
+    422: kit.ExitCode.USAGE,
+    429: kit.ExitCode.UNAVAILABLE,
+    503: kit.ExitCode.UNAVAILABLE,
 }
 
 
@@ -65,12 +64,12 @@ def _client(url: str, key: str) -> Iterator[HubClient]:
     except HubAPIError as exc:
         fields = exc.extra.get("errors") or []
         named = "; ".join(f"{e.get('field')}: {e.get('message')}" for e in fields)
-        common.fail(
+        kit.fail(
             f"{exc.detail or exc.title}" + (f" ({named})" if named else ""),
-            _STATUS_EXIT.get(exc.status, common.ExitCode.FAILURE),
+            _STATUS_EXIT.get(exc.status, kit.ExitCode.FAILURE),
         )
     except httpx.TransportError as exc:
-        common.fail(f"cannot reach the API at {url}: {exc}", common.ExitCode.UNAVAILABLE)
+        kit.fail(f"cannot reach the API at {url}: {exc}", kit.ExitCode.UNAVAILABLE)
 
 
 def _show(task: GenerationTask, as_json: bool) -> None:
@@ -80,7 +79,7 @@ def _show(task: GenerationTask, as_json: bool) -> None:
     table = Table(show_header=False)
     for name, value in task.model_dump().items():
         table.add_row(name, "" if value is None else str(value))
-    common.console().print(table)
+    kit.console().print(table)
 
 
 @app.command()
@@ -143,9 +142,9 @@ def list_(
     for t in page.items:
         progress = "" if t.progress is None else f"{t.progress:.0%}"
         table.add_row(t.task_id, t.status, t.stage, progress, t.model, str(t.created_at_ms))
-    common.console().print(table)
+    kit.console().print(table)
     if page.next_cursor:
-        common.console().print(f"more: next cursor {page.next_cursor}")
+        kit.console().print(f"more: next cursor {page.next_cursor}")
 
 
 @app.command()
@@ -196,7 +195,7 @@ def grant(
             "used for another tenant is refused (exit 4).",
         ),
     ] = None,
-    database_url: database.DatabaseUrl = None,
+    database_url: kit.DatabaseUrl = None,
 ) -> None:
     """Add credits to a tenant (an appended GRANT ledger row); prints the new balance.
 
@@ -217,20 +216,20 @@ def grant(
                 hub, tenant_id=tenant_id, amount=amount, grant_id=key
             )
         except services.UnknownTenant:
-            common.fail(
+            kit.fail(
                 f"no tenant {tenant_id!r}: pick an id from `aigc-hub tenants list`",
-                common.ExitCode.NOT_FOUND,
+                kit.ExitCode.NOT_FOUND,
             )
         except services.GrantIdTaken as exc:
-            common.fail(
+            kit.fail(
                 f"grant id {key!r} was already used for tenant {exc.other_tenant_id}: "
                 "choose another --grant-id",
-                common.ExitCode.CONFLICT,
+                kit.ExitCode.CONFLICT,
             )
         finally:
             await hub.close()
 
-    balance, added = database.run(database_url, run)
+    balance, added = kit.run_on_database(database_url, run)
     if not added:
         typer.echo(f"grant {key} was already applied to this tenant: nothing added")
     typer.echo(f"available: {balance.available}")
@@ -243,7 +242,7 @@ def _wait(client: HubClient, task_id: str, timeout: float) -> GenerationTask:
         TextColumn("{task.percentage:>3.0f}%"),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, console=common.console(), transient=True) as bar:
+    with Progress(*columns, console=kit.console(), transient=True) as bar:
         line = bar.add_task("QUEUED", total=1.0)
 
         def snapshot() -> GenerationTask:
@@ -256,12 +255,12 @@ def _wait(client: HubClient, task_id: str, timeout: float) -> GenerationTask:
                 task_id, snapshot, lambda t: t.done, timeout, 1.0
             )
         except WaitTimeout:
-            common.fail(
-                f"task {task_id} did not finish within {timeout:g} s", common.ExitCode.UNAVAILABLE
+            kit.fail(
+                f"task {task_id} did not finish within {timeout:g} s", kit.ExitCode.UNAVAILABLE
             )
     return found
 
 
 def _exit_for(task: GenerationTask) -> None:
     if task.done and task.status != "SUCCEEDED":
-        raise typer.Exit(common.ExitCode.FAILURE)
+        raise typer.Exit(kit.ExitCode.FAILURE)
