@@ -25,13 +25,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.pipeline import Pipeline, TimelineEntry
 from aigc_hub.pipelines.generation import (
-    callbacks,
     events,
     fetch,
+    http,
     models,
     observe,
     poll,
-    routes,
     submit,
 )
 from aigc_hub.pipelines.generation.models import task_events
@@ -61,7 +60,7 @@ pipeline = Pipeline(
 )
 events.register(pipeline)
 pipeline.up_hook(local_provider_hook)
-pipeline.routers += [routes.router, routes.credits_router, callbacks.router]
+pipeline.routers += [http.router, http.credits_router, http.callbacks_router]
 for factory in factories():
     pipeline.scanner(factory)
 for state_factory in state_factories():
