@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aigc_hub.core.states import TransitionNotAllowed
-from aigc_hub.pipelines.generation import lifecycle
+from aigc_hub.pipelines.generation import records
 from aigc_hub.pipelines.generation.models import task_attempts
 from aigc_hub.pipelines.generation.states import AttemptStatus
 
@@ -48,12 +48,12 @@ async def test_an_attempt_moves_with_its_values_and_a_repeat_is_a_no_op(
     db: AsyncEngine, attempt: str
 ) -> None:
     async with db.begin() as conn:
-        assert await lifecycle.move_attempt(
+        assert await records.move_attempt(
             conn, attempt, A.SUBMIT_UNKNOWN, values={"unknown_since": 5}
         )
-        assert await lifecycle.move_attempt(conn, attempt, A.SUBMITTED)
-        assert not await lifecycle.move_attempt(conn, attempt, A.SUBMITTED)  # seen again
-        assert not await lifecycle.move_attempt(conn, "no-such-attempt", A.SUBMITTED)
+        assert await records.move_attempt(conn, attempt, A.SUBMITTED)
+        assert not await records.move_attempt(conn, attempt, A.SUBMITTED)  # seen again
+        assert not await records.move_attempt(conn, "no-such-attempt", A.SUBMITTED)
     assert await _row(db, attempt) == ("SUBMITTED", 5)
 
 
@@ -61,8 +61,8 @@ async def test_an_ended_attempt_refuses_a_late_move_and_keeps_its_end(
     db: AsyncEngine, attempt: str
 ) -> None:
     async with db.begin() as conn:
-        await lifecycle.move_attempt(conn, attempt, A.SUCCEEDED)
+        await records.move_attempt(conn, attempt, A.SUCCEEDED)
     with pytest.raises(TransitionNotAllowed, match="generation_attempt: SUCCEEDED -> FAILED"):
         async with db.begin() as conn:
-            await lifecycle.move_attempt(conn, attempt, A.FAILED)
+            await records.move_attempt(conn, attempt, A.FAILED)
     assert await _row(db, attempt) == ("SUCCEEDED", None)

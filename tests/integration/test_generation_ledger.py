@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aigc_hub.bootstrap import Hub
 from aigc_hub.messaging.memory import MemoryBroker
-from aigc_hub.pipelines.generation import ledger, lifecycle, services
+from aigc_hub.pipelines.generation import ledger, records, services
 from aigc_hub.pipelines.generation.models import credit_ledger, generation_tasks
 from aigc_hub.pipelines.generation.pipeline import pipeline as generation
 from aigc_hub.pipelines.generation.scanners import LedgerScanner
@@ -157,7 +157,7 @@ async def test_the_ledger_scanner_settles_an_open_hold_of_a_succeeded_task_at_it
 ) -> None:
     async with finished_task_with_open_hold(db_url, TaskStatus.SUCCEEDED) as (hub, task_id):
         async with hub.engine.connect() as conn:
-            task = await lifecycle.load(conn, task_id)
+            task = await records.load(conn, task_id)
         assert task is not None and task["actual_cost"] is None
         estimate = int(task["estimated_cost"])
         await ScannerRunner(hub.engine, hub.leases, hub.clock, [LedgerScanner(hub)]).run_once()
@@ -179,9 +179,9 @@ async def test_a_normal_close_racing_the_ledger_scanner_leaves_one_closing_row(
         (finding,) = await scanner.find(hub.clock.now_ms())
         # the normal path's close lands between the scanner's query and its repair
         async with hub.engine.begin() as conn:
-            task = await lifecycle.load(conn, task_id)
+            task = await records.load(conn, task_id)
             assert task is not None
-            kind, written = await lifecycle.close_ledger(
+            kind, written = await records.close_ledger(
                 conn, task, TaskStatus.FAILED, hub.clock.now_ms(), actual_cost=None
             )
         assert (kind, written) == (ledger.EntryType.RELEASE, True)

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from aigc_hub.core import ids
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import Retry
-from aigc_hub.pipelines.generation import events, lifecycle
+from aigc_hub.pipelines.generation import events, records
 from aigc_hub.pipelines.generation.adapters.base import NormalizedStatus, ProviderError
 from aigc_hub.pipelines.generation.models import assets, provider_jobs
 from aigc_hub.pipelines.generation.probe import InvalidMedia
@@ -44,7 +44,7 @@ async def fetch_output(gen: Generation, env: Envelope, ctx: HandlerContext) -> l
     hub = gen.hub
     f = ctx.payload_as(events.FetchRequested)
     async with reader(hub.engine) as conn:
-        task = await lifecycle.load(conn, f.task_id)
+        task = await records.load(conn, f.task_id)
         job = (
             await conn.execute(
                 sa.select(provider_jobs).where(provider_jobs.c.attempt_id == f.attempt_id)
@@ -86,7 +86,7 @@ async def fetch_output(gen: Generation, env: Envelope, ctx: HandlerContext) -> l
     now = hub.clock.now_ms()
 
     async def record(conn: AsyncConnection) -> list[Envelope | Routed] | None:
-        current = await lifecycle.load(conn, f.task_id)
+        current = await records.load(conn, f.task_id)
         if current is None or current["status"] != TaskStatus.OUTPUT_FETCHING.value:
             return []
         await conn.execute(
@@ -123,7 +123,7 @@ async def fetch_output(gen: Generation, env: Envelope, ctx: HandlerContext) -> l
                 )
             )
         ).scalar_one()
-        notes = await lifecycle.move(
+        notes = await records.move(
             conn,
             current,
             TaskStatus.POST_PROCESSING,
@@ -133,9 +133,9 @@ async def fetch_output(gen: Generation, env: Envelope, ctx: HandlerContext) -> l
             values={"result_asset_id": found},
             detail={"asset_id": found, "size_bytes": stored.size, "codec": info.codec},
         )
-        moved = await lifecycle.load(conn, f.task_id)
+        moved = await records.load(conn, f.task_id)
         assert moved is not None
-        notes += await lifecycle.move(
+        notes += await records.move(
             conn, moved, TaskStatus.SUCCEEDED, cause="output.ready", cause_env=env, now_ms=now
         )
         return [*notes]
@@ -151,10 +151,10 @@ def _invalid(
     now = hub.clock.now_ms()
 
     async def record(conn: AsyncConnection) -> list[Envelope | Routed]:
-        current = await lifecycle.load(conn, str(task["id"]))
+        current = await records.load(conn, str(task["id"]))
         if current is None or current["status"] != TaskStatus.OUTPUT_FETCHING.value:
             return []
-        notes = await lifecycle.move(
+        notes = await records.move(
             conn,
             current,
             TaskStatus.FAILED,

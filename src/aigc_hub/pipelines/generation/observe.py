@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from aigc_hub.core import ids
 from aigc_hub.core.envelope import Envelope
-from aigc_hub.pipelines.generation import events, lifecycle
+from aigc_hub.pipelines.generation import events, records
 from aigc_hub.pipelines.generation.adapters.base import NormalizedStatus
 from aigc_hub.pipelines.generation.models import generation_tasks, provider_jobs, task_attempts
 from aigc_hub.pipelines.generation.state import Generation
@@ -44,7 +44,7 @@ async def apply(
     now_ms: int,
 ) -> list[Envelope]:
     """Apply one observation in the caller's transaction; returns the events it causes."""
-    task = await lifecycle.load(conn, obs.task_id)
+    task = await records.load(conn, obs.task_id)
     if task is None or task["current_attempt_id"] != obs.attempt_id:
         return []  # an old attempt's news, or not ours
     status = S(task["status"])
@@ -67,7 +67,7 @@ async def apply(
         await _update_job(conn, job, obs, now_ms, gen)
     settings = gen.settings
     if seen in (N.ACCEPTED, N.RUNNING):
-        await lifecycle.move_attempt(conn, obs.attempt_id, AttemptStatus.SUBMITTED)
+        await records.move_attempt(conn, obs.attempt_id, AttemptStatus.SUBMITTED)
         target = S.RUNNING if seen is N.RUNNING else S.SUBMITTED
         if status is S.CANCEL_REQUESTED:
             return out  # still waiting for the provider to stop
@@ -80,7 +80,7 @@ async def apply(
                     .values(progress=progress, updated_at=now_ms)
                 )
                 out.append(
-                    lifecycle.status_notification(
+                    records.status_notification(
                         task,
                         status,
                         int(task["status_version"]),
@@ -95,7 +95,7 @@ async def apply(
         values: dict[str, Any] = {}
         if obs.progress is not None:
             values["progress"] = obs.progress
-        return out + await lifecycle.move(
+        return out + await records.move(
             conn,
             task,
             target,
@@ -106,8 +106,8 @@ async def apply(
             deadline_ms=deadline,
         )
     if seen is N.SUCCEEDED:
-        await lifecycle.move_attempt(conn, obs.attempt_id, AttemptStatus.SUCCEEDED)
-        notes = await lifecycle.move(
+        await records.move_attempt(conn, obs.attempt_id, AttemptStatus.SUCCEEDED)
+        notes = await records.move(
             conn,
             task,
             S.OUTPUT_FETCHING,
@@ -126,7 +126,7 @@ async def apply(
         await release_slots(conn, gen, obs.attempt_id)
         return [*notes, fetch, _wake(cause, task["tenant_id"])]
     if seen in (N.FAILED, N.CANCELED):
-        await lifecycle.move_attempt(conn, obs.attempt_id, AttemptStatus(seen.value))
+        await records.move_attempt(conn, obs.attempt_id, AttemptStatus(seen.value))
         if status in (S.CANCEL_REQUESTED,):  # the tenant asked, the provider stopped
             target, values = S.CANCELED, {}
         elif seen is N.CANCELED:
@@ -139,7 +139,7 @@ async def apply(
             }
         if obs.actual_cost:
             values["actual_cost"] = obs.actual_cost
-        notes = await lifecycle.move(
+        notes = await records.move(
             conn,
             task,
             target,
@@ -167,16 +167,16 @@ async def _not_accepted(
     """The provider confirms it never took this attempt: only now may another one start."""
     if status not in (S.DISPATCHING, S.SUBMIT_UNKNOWN, S.CANCEL_REQUESTED):
         return []
-    await lifecycle.move_attempt(conn, obs.attempt_id, AttemptStatus.NOT_ACCEPTED)
+    await records.move_attempt(conn, obs.attempt_id, AttemptStatus.NOT_ACCEPTED)
     await release_slots(conn, gen, obs.attempt_id)
     wake = _wake(cause, task["tenant_id"])
     if status is S.CANCEL_REQUESTED:
-        notes = await lifecycle.move(
+        notes = await records.move(
             conn, task, S.CANCELED, cause="reconcile.not_accepted", cause_env=cause, now_ms=now_ms
         )
         return [*notes, wake]
     if int(task["attempt_count"]) >= gen.settings.max_attempts:
-        notes = await lifecycle.move(
+        notes = await records.move(
             conn,
             task,
             S.FAILED,
@@ -186,7 +186,7 @@ async def _not_accepted(
             values={"failure_class": "provider", "failure_code": "not_accepted"},
         )
         return [*notes, wake]
-    notes = await lifecycle.move(
+    notes = await records.move(
         conn,
         task,
         S.QUEUED,

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import Retry
-from aigc_hub.pipelines.generation import events, lifecycle
+from aigc_hub.pipelines.generation import events, records
 from aigc_hub.pipelines.generation.adapters.base import ProviderError
 from aigc_hub.pipelines.generation.models import provider_jobs, task_attempts
 from aigc_hub.pipelines.generation.observe import next_poll
@@ -25,7 +25,7 @@ async def poll_job(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[
     hub = gen.hub
     p = ctx.payload_as(events.PollRequested)
     async with reader(hub.engine) as conn:
-        task = await lifecycle.load(conn, p.task_id)
+        task = await records.load(conn, p.task_id)
         attempt = (
             await conn.execute(sa.select(task_attempts).where(task_attempts.c.id == p.attempt_id))
         ).first()

@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import StaleTransition
 from aigc_hub.pipeline import ScannerFactory, StateScannerFactory
-from aigc_hub.pipelines.generation import events, lifecycle
+from aigc_hub.pipelines.generation import events, records
 from aigc_hub.pipelines.generation.ledger import EntryType
 from aigc_hub.pipelines.generation.models import (
     credit_ledger,
@@ -89,13 +89,13 @@ class DeadlineScanner:
     async def repair(self, finding: Finding, now_ms: int) -> str:
         hub, settings = self.hub, self.gen.settings
         async with hub.transaction() as conn:
-            task = await lifecycle.load(conn, finding.target)
+            task = await records.load(conn, finding.target)
             if task is None or task["status"] != finding.detail["status"]:
                 return "skipped"
             status = S(task["status"])
             if status is S.QUEUED:
                 try:
-                    notes = await lifecycle.move(
+                    notes = await records.move(
                         conn,
                         task,
                         S.FAILED,
@@ -132,7 +132,7 @@ class DeadlineScanner:
         """SUBMIT_UNKNOWN past ``unknown_give_up_s`` (no lookup could tell): fail the task,
         release its hold and slots, and wake the scheduler."""
         try:
-            notes = await lifecycle.move(
+            notes = await records.move(
                 conn,
                 task,
                 S.FAILED,
@@ -142,7 +142,7 @@ class DeadlineScanner:
             )
         except StaleTransition:
             return "skipped"
-        await lifecycle.move_attempt(conn, attempt_id, AttemptStatus.FAILED)
+        await records.move_attempt(conn, attempt_id, AttemptStatus.FAILED)
         await release_slots(conn, self.gen, attempt_id)
         freed = events.SlotFreed(tenant_id=task["tenant_id"]).model_dump()
         wake = Envelope.new(
@@ -335,10 +335,10 @@ class LedgerScanner:
         """Append the closing entry the normal path would have: same rule, same business key,
         so a late normal close and this repair cannot both write. The runner audits it."""
         async with self.hub.transaction() as conn:
-            task = await lifecycle.load(conn, finding.target)
+            task = await records.load(conn, finding.target)
             if task is None or not S(task["status"]).terminal:
                 return "skipped"
-            kind, written = await lifecycle.close_ledger(
+            kind, written = await records.close_ledger(
                 conn, task, S(task["status"]), now_ms, actual_cost=task["actual_cost"]
             )
         if not written:

@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from aigc_hub.core import ids
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import StaleTransition
-from aigc_hub.pipelines.generation import events, lifecycle
+from aigc_hub.pipelines.generation import events, records
 from aigc_hub.pipelines.generation.adapters.base import CapabilityError
 from aigc_hub.pipelines.generation.models import generation_tasks, task_attempts
 from aigc_hub.pipelines.generation.providers import Route
@@ -188,7 +188,7 @@ def slot_scopes(tenant_id: str, route: Route) -> list[tuple[str, str]]:
 async def _dispatch(hub: Hub, gen: Generation, task_id: str, record: Checkpoint) -> str:
     """Try to dispatch one task: "dispatched", "gone", "no_route" or the full level's name."""
     async with reader(hub.engine) as conn:
-        task = await lifecycle.load(conn, task_id)
+        task = await records.load(conn, task_id)
     if task is None or task["status"] != TaskStatus.QUEUED.value:
         return "gone"
     attempt_id = ids.new_id_str()
@@ -236,7 +236,7 @@ async def _dispatch(hub: Hub, gen: Generation, task_id: str, record: Checkpoint)
                 created_at=now,
             )
         )
-        notes = await lifecycle.move(
+        notes = await records.move(
             conn,
             task,
             TaskStatus.DISPATCHING,

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from aigc_hub.core import ids
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import StaleTransition
-from aigc_hub.pipelines.generation import events, ledger, lifecycle
+from aigc_hub.pipelines.generation import events, ledger, records
 from aigc_hub.pipelines.generation.adapters.base import CapabilityError
 from aigc_hub.pipelines.generation.models import (
     generation_tasks,
@@ -243,7 +243,7 @@ async def create_task(
                     "at": now,
                 },
             )
-            note = lifecycle.status_notification(row, TaskStatus.QUEUED, 0, now)
+            note = records.status_notification(row, TaskStatus.QUEUED, 0, now)
             await hub.outbox.add(conn, [queued, note])
     except sa.exc.IntegrityError:
         existing = await _by_idempotency_key(hub, tenant_id, idempotency_key)
@@ -298,7 +298,7 @@ def snapshot(task: Mapping[str, Any], attempts: int) -> dict[str, Any]:
 async def get_task(hub: Hub, *, tenant_id: str, task_id: str) -> dict[str, Any]:
     """The task's snapshot; TaskNotFound for unknown ids and other tenants' ids alike."""
     async with reader(hub.engine) as conn:
-        task = await lifecycle.load(conn, task_id)
+        task = await records.load(conn, task_id)
         if task is None or task["tenant_id"] != tenant_id:
             raise TaskNotFound(task_id)
         attempts = (
@@ -321,7 +321,7 @@ async def list_tasks(
         query = query.where(generation_tasks.c.status == status)
     async with reader(hub.engine) as conn:
         if cursor:
-            after = await lifecycle.load(conn, cursor)
+            after = await records.load(conn, cursor)
             if after is None or after["tenant_id"] != tenant_id:
                 raise TaskNotFound(cursor)
             query = query.where(
@@ -345,7 +345,7 @@ async def cancel_task(gen: Generation, *, tenant_id: str, task_id: str) -> dict[
     hub = gen.hub
     for _ in range(5):  # re-read and decide again when another writer moved the task
         async with reader(hub.engine) as conn:
-            task = await lifecycle.load(conn, task_id)
+            task = await records.load(conn, task_id)
         if task is None or task["tenant_id"] != tenant_id:
             raise TaskNotFound(task_id)
         status = TaskStatus(task["status"])
@@ -357,12 +357,12 @@ async def cancel_task(gen: Generation, *, tenant_id: str, task_id: str) -> dict[
         try:
             async with hub.transaction() as conn:
                 if status is TaskStatus.QUEUED:
-                    notes = await lifecycle.move(
+                    notes = await records.move(
                         conn, task, TaskStatus.CANCELED, cause="api.cancel", now_ms=now
                     )
                     await hub.outbox.add(conn, notes)
                 else:
-                    notes = await lifecycle.move(
+                    notes = await records.move(
                         conn,
                         task,
                         TaskStatus.CANCEL_REQUESTED,

@@ -90,7 +90,7 @@ STAGE: dict[TaskStatus, str] = {
 }
 
 
-#: The task's state machine (checked by every :func:`~.lifecycle.move`).
+#: The task's state machine (checked by every :func:`~.records.move`).
 TASKS = StateMachine("generation_task", TRANSITIONS, TERMINAL)
 
 

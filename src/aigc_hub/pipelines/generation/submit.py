@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import Retry
-from aigc_hub.pipelines.generation import events, lifecycle
+from aigc_hub.pipelines.generation import events, records
 from aigc_hub.pipelines.generation.adapters.base import (
     NormalizedStatus,
     ProviderError,
@@ -73,7 +73,7 @@ async def submit_attempt(gen: Generation, env: Envelope, ctx: HandlerContext) ->
     hub = gen.hub
     d = ctx.payload_as(events.AttemptDispatched)
     async with reader(hub.engine) as conn:
-        task = await lifecycle.load(conn, d.task_id)
+        task = await records.load(conn, d.task_id)
         attempt = (
             await conn.execute(sa.select(task_attempts).where(task_attempts.c.id == d.attempt_id))
         ).first()
@@ -161,13 +161,13 @@ def mark_unknown(
     now = gen.hub.clock.now_ms()
 
     async def record(conn: AsyncConnection) -> list[Envelope | Routed]:
-        task = await lifecycle.load(conn, d.task_id)
+        task = await records.load(conn, d.task_id)
         if task is None or task["status"] != TaskStatus.DISPATCHING.value:
             return []
-        await lifecycle.move_attempt(
+        await records.move_attempt(
             conn, d.attempt_id, AttemptStatus.SUBMIT_UNKNOWN, values={"unknown_since": now}
         )
-        notes = await lifecycle.move(
+        notes = await records.move(
             conn,
             task,
             TaskStatus.SUBMIT_UNKNOWN,
@@ -186,7 +186,7 @@ async def cancel_at_provider(gen: Generation, env: Envelope, ctx: HandlerContext
     hub = gen.hub
     c = ctx.payload_as(events.CancelRequested)
     async with reader(hub.engine) as conn:
-        task = await lifecycle.load(conn, c.task_id)
+        task = await records.load(conn, c.task_id)
         if task is None or task["status"] != TaskStatus.CANCEL_REQUESTED.value:
             return []
         job = (

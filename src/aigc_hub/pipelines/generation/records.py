@@ -1,4 +1,6 @@
-"""How a task or an attempt changes state: the backbone's transition-with-history helper
+"""Generation's repository: load a task, and move a task or an attempt to a new state.
+
+How a task or an attempt changes state: the backbone's transition-with-history helper
 (:func:`aigc_hub.store.transitions.move`) with generation's tables, plus generation's rule
 of what closes the ledger on which terminal state (seed 004 §3.5.1, §3.8.2).
 
