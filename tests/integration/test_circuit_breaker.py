@@ -21,13 +21,13 @@ from aigc_hub.pipelines.generation.adapters.base import (
     RetryClass,
 )
 from aigc_hub.pipelines.generation.adapters.local import LocalProviderAdapter
+from aigc_hub.pipelines.generation.handlers.poller import poll_job
+from aigc_hub.pipelines.generation.handlers.scheduler import schedule
+from aigc_hub.pipelines.generation.handlers.submitter import submit_attempt
 from aigc_hub.pipelines.generation.models import task_attempts
 from aigc_hub.pipelines.generation.pipeline import pipeline as generation
-from aigc_hub.pipelines.generation.poll import poll_job
-from aigc_hub.pipelines.generation.scheduler import schedule
 from aigc_hub.pipelines.generation.settings import GenerationSettings
 from aigc_hub.pipelines.generation.state import STATE, Generation, build
-from aigc_hub.pipelines.generation.submit import submit_attempt
 from aigc_hub.runtime.context import HandlerContext
 from tests.support.hubs import hub_for
 

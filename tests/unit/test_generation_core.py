@@ -12,8 +12,8 @@ import pytest
 
 from aigc_hub.cache.memory import MemoryCache
 from aigc_hub.core.clock import ManualClock
+from aigc_hub.pipelines.generation.handlers.scheduler import Queued, fair_order, slot_scopes
 from aigc_hub.pipelines.generation.providers import Route
-from aigc_hub.pipelines.generation.scheduler import Queued, fair_order, slot_scopes
 from aigc_hub.pipelines.generation.settings import GenerationSettings
 from aigc_hub.pipelines.generation.state import build
 from aigc_hub.pipelines.generation.states import (

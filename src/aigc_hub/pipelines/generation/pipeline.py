@@ -20,27 +20,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
-from aigc_hub.core.envelope import Envelope
 from aigc_hub.pipeline import Pipeline, TimelineEntry
-from aigc_hub.pipelines.generation import (
-    events,
-    fetch,
-    http,
-    models,
-    observe,
-    poll,
-    submit,
-)
+from aigc_hub.pipelines.generation import events, http, models
+from aigc_hub.pipelines.generation.handlers import fetcher, observer, poller, scheduler, submitter
 from aigc_hub.pipelines.generation.models import task_events
 from aigc_hub.pipelines.generation.scanners import factories, state_factories
-from aigc_hub.pipelines.generation.scheduler import schedule
 from aigc_hub.pipelines.generation.settings import GenerationSettings
-from aigc_hub.pipelines.generation.state import NAME, Generation, build_state
+from aigc_hub.pipelines.generation.state import NAME, build_state
 from aigc_hub.pipelines.generation.up import local_provider_hook
-from aigc_hub.reliability.outbox import Routed
-from aigc_hub.runtime.context import HandlerContext
 from aigc_hub.store.engine import reader
 
 if TYPE_CHECKING:
@@ -67,42 +55,21 @@ for state_factory in state_factories():
     pipeline.scanner_with_state(state_factory)
 
 
-@pipeline.handler_with_state("generation-scheduler", [events.DISPATCH], concurrency=2)
-async def on_wake(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:
-    if env.event_type in (events.TASK_QUEUED, events.SLOT_FREED):
-        await schedule(gen, ctx.checkpoint)
-    return []
-
-
-@pipeline.handler_with_state("generation-submitter", [events.DISPATCH], concurrency=8, timeout=120)
-async def on_dispatch(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:
-    if env.event_type == events.ATTEMPT_DISPATCHED:
-        return await submit.submit_attempt(gen, env, ctx)
-    if env.event_type == events.CANCEL_REQUESTED:
-        return await submit.cancel_at_provider(gen, env, ctx)
-    return []
-
-
-@pipeline.handler_with_state("generation-observer", [events.OBSERVE], concurrency=8)
-async def on_observed(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:
-    obs = ctx.payload_as(events.StatusObserved)
-    now = ctx.clock.now_ms()
-
-    async def apply(conn: AsyncConnection) -> list[Envelope | Routed]:
-        return list(await observe.apply(conn, gen, obs, env, now))
-
-    ctx.write(apply)
-    return []
-
-
-@pipeline.handler_with_state("generation-poller", [events.POLL], concurrency=8, timeout=60)
-async def on_poll(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:
-    return await poll.poll_job(gen, env, ctx)
-
-
-@pipeline.handler_with_state("generation-fetcher", [events.FETCH], concurrency=2, timeout=600)
-async def on_fetch(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:
-    return await fetch.fetch_output(gen, env, ctx)
+pipeline.handler_with_state("generation-scheduler", [events.DISPATCH], concurrency=2)(
+    scheduler.on_wake
+)
+pipeline.handler_with_state("generation-submitter", [events.DISPATCH], concurrency=8, timeout=120)(
+    submitter.on_dispatch
+)
+pipeline.handler_with_state("generation-observer", [events.OBSERVE], concurrency=8)(
+    observer.on_observed
+)
+pipeline.handler_with_state("generation-poller", [events.POLL], concurrency=8, timeout=60)(
+    poller.on_poll
+)
+pipeline.handler_with_state("generation-fetcher", [events.FETCH], concurrency=2, timeout=600)(
+    fetcher.on_fetch
+)
 
 
 @pipeline.timeline

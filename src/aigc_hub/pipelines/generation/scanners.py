@@ -27,6 +27,8 @@ from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import StaleTransition
 from aigc_hub.pipeline import ScannerFactory, StateScannerFactory
 from aigc_hub.pipelines.generation import events, records
+from aigc_hub.pipelines.generation.handlers.observer import release_slots
+from aigc_hub.pipelines.generation.handlers.scheduler import active_attempts, schedule
 from aigc_hub.pipelines.generation.ledger import EntryType
 from aigc_hub.pipelines.generation.models import (
     credit_ledger,
@@ -34,8 +36,6 @@ from aigc_hub.pipelines.generation.models import (
     provider_jobs,
     task_attempts,
 )
-from aigc_hub.pipelines.generation.observe import release_slots
-from aigc_hub.pipelines.generation.scheduler import active_attempts, schedule
 from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import TERMINAL, AttemptStatus, TaskStatus
 from aigc_hub.reliability.scanners import Finding

@@ -167,3 +167,8 @@ def _invalid(
         return [*notes]
 
     ctx.write(record)
+
+
+async def on_fetch(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:
+    """``generation-fetcher``: download one finished job's output (:func:`fetch_output`)."""
+    return await fetch_output(gen, env, ctx)

@@ -246,3 +246,12 @@ async def _cancel_unrecorded(
             source="cancel",
         )
     ]
+
+
+async def on_dispatch(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:
+    """``generation-submitter``: submit a dispatched attempt, or cancel one at its provider."""
+    if env.event_type == events.ATTEMPT_DISPATCHED:
+        return await submit_attempt(gen, env, ctx)
+    if env.event_type == events.CANCEL_REQUESTED:
+        return await cancel_at_provider(gen, env, ctx)
+    return []

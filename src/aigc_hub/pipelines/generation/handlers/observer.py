@@ -20,6 +20,8 @@ from aigc_hub.pipelines.generation.adapters.base import NormalizedStatus
 from aigc_hub.pipelines.generation.models import generation_tasks, provider_jobs, task_attempts
 from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import AttemptStatus, TaskStatus
+from aigc_hub.reliability.outbox import Routed
+from aigc_hub.runtime.context import HandlerContext
 from aigc_hub.store.dialects import dialect_of
 
 S = TaskStatus
@@ -292,3 +294,15 @@ async def release_slots(conn: AsyncConnection, gen: Generation, attempt_id: str)
     ).first()
     if row is not None and row.slots:
         await gen.slots.release(attempt_id, list(row.slots))
+
+
+async def on_observed(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:
+    """``generation-observer``: stage :func:`apply` of one observation in the handler's commit."""
+    obs = ctx.payload_as(events.StatusObserved)
+    now = ctx.clock.now_ms()
+
+    async def write(conn: AsyncConnection) -> list[Envelope | Routed]:
+        return list(await apply(conn, gen, obs, env, now))
+
+    ctx.write(write)
+    return []

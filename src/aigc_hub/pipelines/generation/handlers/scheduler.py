@@ -41,7 +41,7 @@ from aigc_hub.pipelines.generation.requests import request_of
 from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import ACTIVE_AT_PROVIDER, AttemptStatus, TaskStatus
 from aigc_hub.reliability.slots import Refusal
-from aigc_hub.runtime.context import Checkpoint, checkpoint
+from aigc_hub.runtime.context import Checkpoint, HandlerContext, checkpoint
 from aigc_hub.store.engine import reader
 
 if TYPE_CHECKING:
@@ -271,3 +271,10 @@ async def active_attempts(hub: Hub) -> list[dict[str, Any]]:
             .where(generation_tasks.c.status.in_(statuses))
         )
         return [dict(r._mapping) for r in rows]
+
+
+async def on_wake(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:
+    """``generation-scheduler``: a queued task or a freed slot runs a scheduling pass."""
+    if env.event_type in (events.TASK_QUEUED, events.SLOT_FREED):
+        await schedule(gen, ctx.checkpoint)
+    return []

@@ -12,11 +12,11 @@ from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import Retry
 from aigc_hub.pipelines.generation import events, records
 from aigc_hub.pipelines.generation.adapters.base import ProviderError
+from aigc_hub.pipelines.generation.handlers.observer import next_poll
+from aigc_hub.pipelines.generation.handlers.submitter import observed
 from aigc_hub.pipelines.generation.models import provider_jobs, task_attempts
-from aigc_hub.pipelines.generation.observe import next_poll
 from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import TaskStatus
-from aigc_hub.pipelines.generation.submit import observed
 from aigc_hub.runtime.context import HandlerContext
 from aigc_hub.store.engine import reader
 
@@ -79,3 +79,8 @@ async def poll_job(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[
             source="poll",
         )
     ]
+
+
+async def on_poll(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:
+    """``generation-poller``: ask the provider about one job (:func:`poll_job`)."""
+    return await poll_job(gen, env, ctx)
