@@ -12,8 +12,8 @@ import pytest
 
 from aigc_hub.cache.memory import MemoryCache
 from aigc_hub.core.clock import ManualClock
-from aigc_hub.pipelines.generation.handlers.scheduler import Queued, fair_order, slot_scopes
 from aigc_hub.pipelines.generation.providers import Route
+from aigc_hub.pipelines.generation.rules import Queued, fair_order, next_poll, slot_scopes
 from aigc_hub.pipelines.generation.settings import GenerationSettings
 from aigc_hub.pipelines.generation.state import build
 from aigc_hub.pipelines.generation.states import (
@@ -92,6 +92,27 @@ def test_aging_lets_an_old_low_priority_task_overtake_a_new_high_priority_one() 
     soon = Queued("new", "a", 50, queued_at=60_000)
     fresh = fair_order([soon, old_low], {}, now_ms=60_000, aging_ms=30_000)
     assert [q.id for q in fresh] == ["new", "old"]  # waited 1 min = +2 steps only
+
+
+@pytest.mark.parametrize(
+    ("polls", "jitter", "terminal", "expected_ms"),
+    [
+        (0, 1.0, False, 1_000 + 2_000),  # poll_first_s
+        (1, 1.0, False, 1_000 + 4_000),  # doubles per poll
+        (3, 1.0, False, 1_000 + 16_000),
+        (10, 1.0, False, 1_000 + 60_000),  # capped at poll_max_s
+        (99, 1.0, False, 1_000 + 60_000),  # no overflow on very many polls
+        (0, 0.8, False, 1_000 + 1_600),  # jitter spans ±20 %
+        (0, 1.2, False, 1_000 + 2_400),
+        (0, 1.0, True, None),  # a terminal job is not polled again
+    ],
+)
+def test_next_poll_backs_off_exponentially_to_the_cap(
+    polls: int, jitter: float, terminal: bool, expected_ms: int | None
+) -> None:
+    settings = GenerationSettings(poll_first_s=2.0, poll_max_s=60.0)
+    got = next_poll(settings, polls, 1_000, terminal=terminal, jitter=jitter)
+    assert got == expected_ms
 
 
 def test_tenant_weights_setting_parses_and_refuses_garbage() -> None:

@@ -6,7 +6,6 @@ the allowed-transitions table and the provider's own clock decide.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,6 +17,7 @@ from aigc_hub.core.envelope import Envelope
 from aigc_hub.pipelines.generation import events, records
 from aigc_hub.pipelines.generation.adapters.base import NormalizedStatus
 from aigc_hub.pipelines.generation.models import generation_tasks, provider_jobs, task_attempts
+from aigc_hub.pipelines.generation.rules import next_poll
 from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import AttemptStatus, TaskStatus
 from aigc_hub.reliability.outbox import Routed
@@ -214,14 +214,6 @@ async def _job(conn: AsyncConnection, attempt_id: str) -> Mapping[str, Any] | No
     return None if row is None else dict(row._mapping)
 
 
-def next_poll(gen: Generation, polls: int, now_ms: int, *, terminal: bool) -> int | None:
-    """Exponential from ``poll_first_s`` to ``poll_max_s`` with ±20 % jitter; None at the end."""
-    if terminal:
-        return None
-    base = min(gen.settings.poll_max_s, gen.settings.poll_first_s * (2 ** min(polls, 16)))
-    return now_ms + int(base * 1000 * random.uniform(0.8, 1.2))
-
-
 async def _record_job(
     conn: AsyncConnection,
     task: Mapping[str, Any],
@@ -248,7 +240,7 @@ async def _record_job(
             progress=obs.progress,
             observed_at_ms=obs.observed_at_ms,
             last_observed_at=now_ms,
-            next_poll_at=next_poll(gen, 0, now_ms, terminal=terminal),
+            next_poll_at=next_poll(gen.settings, 0, now_ms, terminal=terminal),
             poll_count=0,
             actual_cost=obs.actual_cost,
             created_at=now_ms,
@@ -281,7 +273,9 @@ async def _update_job(
         values["next_poll_at"] = None
     elif obs.source == "callback" and job["next_poll_at"] is not None:
         # A live callback channel: the next poll can wait longer (polls are the safety net).
-        values["next_poll_at"] = next_poll(gen, int(job["poll_count"]) + 2, now_ms, terminal=False)
+        values["next_poll_at"] = next_poll(
+            gen.settings, int(job["poll_count"]) + 2, now_ms, terminal=False
+        )
     await conn.execute(
         sa.update(provider_jobs).where(provider_jobs.c.id == job["id"]).values(**values)
     )

@@ -12,9 +12,9 @@ from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import Retry
 from aigc_hub.pipelines.generation import events, records
 from aigc_hub.pipelines.generation.adapters.base import ProviderError
-from aigc_hub.pipelines.generation.handlers.observer import next_poll
 from aigc_hub.pipelines.generation.handlers.submitter import observed
 from aigc_hub.pipelines.generation.models import provider_jobs, task_attempts
+from aigc_hub.pipelines.generation.rules import next_poll
 from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import TaskStatus
 from aigc_hub.runtime.context import HandlerContext
@@ -62,7 +62,7 @@ async def poll_job(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[
             .values(
                 poll_count=0 if progressed else polls,
                 next_poll_at=next_poll(
-                    gen,
+                    gen.settings,
                     0 if progressed else polls,
                     now,
                     terminal=result.normalized_status.terminal,

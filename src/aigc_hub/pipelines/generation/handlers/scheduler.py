@@ -21,10 +21,7 @@ next task leases more, so each dispatch commits at once instead of with the inbo
 
 from __future__ import annotations
 
-import heapq
-from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
@@ -36,8 +33,8 @@ from aigc_hub.core.errors import StaleTransition
 from aigc_hub.pipelines.generation import events, records
 from aigc_hub.pipelines.generation.adapters.base import CapabilityError
 from aigc_hub.pipelines.generation.models import generation_tasks, task_attempts
-from aigc_hub.pipelines.generation.providers import Route
 from aigc_hub.pipelines.generation.requests import request_of
+from aigc_hub.pipelines.generation.rules import Queued, fair_order, slot_scopes
 from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import ACTIVE_AT_PROVIDER, AttemptStatus, TaskStatus
 from aigc_hub.reliability.slots import Refusal
@@ -49,48 +46,6 @@ if TYPE_CHECKING:
 
 #: How many QUEUED rows one pass looks at (oldest first); the rest wait for the next pass.
 WINDOW = 2000
-
-
-@dataclass(frozen=True)
-class Queued:
-    id: str
-    tenant_id: str
-    priority: int
-    queued_at: int
-
-
-def fair_order(
-    queued: list[Queued],
-    active: Mapping[str, int],
-    now_ms: int,
-    aging_ms: float,
-    weights: Mapping[str, float] | None = None,
-) -> list[Queued]:
-    """``queued`` in dispatch order: the tenant with the least active work per unit of weight
-    first (weighted fair share; weight 1 unless ``weights`` says otherwise), then effective
-    priority within a tenant."""
-    weight = {t: max((weights or {}).get(t, 1.0), 0.001) for t in {q.tenant_id for q in queued}}
-    per_tenant: dict[str, list[tuple[float, int, str, Queued]]] = {}
-    for q in queued:
-        effective = q.priority + (now_ms - q.queued_at) / aging_ms
-        per_tenant.setdefault(q.tenant_id, []).append((-effective, q.queued_at, q.id, q))
-    for items in per_tenant.values():
-        items.sort()
-    load = Counter({t: active.get(t, 0) for t in per_tenant})
-    # Min-heap of (tenant load per weight, its next task's queue time, tenant).
-    heap = [(load[t] / weight[t], items[0][1], t) for t, items in per_tenant.items()]
-    heapq.heapify(heap)
-    cursor = {t: 0 for t in per_tenant}
-    out: list[Queued] = []
-    while heap:
-        _, _, tenant = heapq.heappop(heap)
-        items = per_tenant[tenant]
-        out.append(items[cursor[tenant]][3])
-        cursor[tenant] += 1
-        load[tenant] += 1
-        if cursor[tenant] < len(items):
-            heapq.heappush(heap, (load[tenant] / weight[tenant], items[cursor[tenant]][1], tenant))
-    return out
 
 
 T = TypeVar("T")
@@ -172,17 +127,6 @@ async def _pass(hub: Hub, gen: Generation, record: Checkpoint) -> int:
         elif outcome == "dispatched":
             dispatched += 1
     return dispatched
-
-
-def slot_scopes(tenant_id: str, route: Route) -> list[tuple[str, str]]:
-    """The permits an attempt on ``route`` holds (seed 004 §3.5.4): one of the platform's, its
-    tenant's, its provider's and its provider model's."""
-    return [
-        ("platform", ""),
-        ("tenant", tenant_id),
-        ("provider", route.provider),
-        ("model", f"{route.provider}:{route.model}"),
-    ]
 
 
 async def _dispatch(hub: Hub, gen: Generation, task_id: str, record: Checkpoint) -> str:

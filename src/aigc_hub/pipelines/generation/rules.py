@@ -1,0 +1,91 @@
+"""Generation's pure decisions: no I/O, no clock, no database; each is table-tested
+(``tests/unit/test_generation_core.py``).
+
+* :func:`fair_order` — which QUEUED task goes next: weighted fair share across tenants, then
+  priority aging within a tenant (seed 004 §3.6.3, §3.9.4);
+* :func:`slot_scopes` — the permits an attempt holds (§3.5.4);
+* :func:`next_poll` — when to ask a provider again: exponential backoff with jitter (§3.6.4).
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from aigc_hub.pipelines.generation.providers import Route
+from aigc_hub.pipelines.generation.settings import GenerationSettings
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A QUEUED task as the scheduler's fair order sees it."""
+
+    id: str
+    tenant_id: str
+    priority: int
+    queued_at: int
+
+
+def fair_order(
+    queued: list[Queued],
+    active: Mapping[str, int],
+    now_ms: int,
+    aging_ms: float,
+    weights: Mapping[str, float] | None = None,
+) -> list[Queued]:
+    """``queued`` in dispatch order: the tenant with the least active work per unit of weight
+    first (weighted fair share; weight 1 unless ``weights`` says otherwise), then effective
+    priority within a tenant."""
+    weight = {t: max((weights or {}).get(t, 1.0), 0.001) for t in {q.tenant_id for q in queued}}
+    per_tenant: dict[str, list[tuple[float, int, str, Queued]]] = {}
+    for q in queued:
+        effective = q.priority + (now_ms - q.queued_at) / aging_ms
+        per_tenant.setdefault(q.tenant_id, []).append((-effective, q.queued_at, q.id, q))
+    for items in per_tenant.values():
+        items.sort()
+    load = Counter({t: active.get(t, 0) for t in per_tenant})
+    # Min-heap of (tenant load per weight, its next task's queue time, tenant).
+    heap = [(load[t] / weight[t], items[0][1], t) for t, items in per_tenant.items()]
+    heapq.heapify(heap)
+    cursor = {t: 0 for t in per_tenant}
+    out: list[Queued] = []
+    while heap:
+        _, _, tenant = heapq.heappop(heap)
+        items = per_tenant[tenant]
+        out.append(items[cursor[tenant]][3])
+        cursor[tenant] += 1
+        load[tenant] += 1
+        if cursor[tenant] < len(items):
+            heapq.heappush(heap, (load[tenant] / weight[tenant], items[cursor[tenant]][1], tenant))
+    return out
+
+
+def slot_scopes(tenant_id: str, route: Route) -> list[tuple[str, str]]:
+    """The permits an attempt on ``route`` holds (seed 004 §3.5.4): one of the platform's, its
+    tenant's, its provider's and its provider model's."""
+    return [
+        ("platform", ""),
+        ("tenant", tenant_id),
+        ("provider", route.provider),
+        ("model", f"{route.provider}:{route.model}"),
+    ]
+
+
+def next_poll(
+    settings: GenerationSettings,
+    polls: int,
+    now_ms: int,
+    *,
+    terminal: bool,
+    jitter: float | None = None,
+) -> int | None:
+    """Exponential from ``poll_first_s`` to ``poll_max_s`` with ±20 % jitter (a random factor
+    in [0.8, 1.2] unless ``jitter`` gives it); None at the end."""
+    if terminal:
+        return None
+    base = min(settings.poll_max_s, settings.poll_first_s * (2 ** min(polls, 16)))
+    factor = random.uniform(0.8, 1.2) if jitter is None else jitter
+    return now_ms + int(base * 1000 * factor)
