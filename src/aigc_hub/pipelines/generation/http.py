@@ -14,18 +14,14 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import pydantic
-import sqlalchemy as sa
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from aigc_hub.core.envelope import Envelope
 from aigc_hub.interfaces.http import kit
 from aigc_hub.interfaces.http.kit import Idempotency, IdempotentRoute, Problem
-from aigc_hub.pipelines.generation import events, ledger, services
-from aigc_hub.pipelines.generation.models import callback_events, provider_jobs
+from aigc_hub.pipelines.generation import ledger, services
 from aigc_hub.pipelines.generation.state import STATE, Generation
 from aigc_hub.pipelines.generation.states import TaskStatus
 from aigc_hub.reliability import webhooks
-from aigc_hub.store.dialects import dialect_of
 
 router = APIRouter(prefix="/generation-tasks", tags=["generation"], route_class=IdempotentRoute)
 credits_router = APIRouter(prefix="/credits", tags=["generation"])
@@ -243,61 +239,7 @@ async def receive(provider: str, request: Request) -> dict[str, Any]:
         raise Problem(
             422, "the webhook body is not a job update", slug="bad-webhook-body"
         ) from None
-    now = hub.clock.now_ms()
-    async with hub.transaction() as conn:
-        archived = (
-            await conn.execute(
-                dialect_of(conn)
-                .insert(callback_events)
-                .values(
-                    provider=provider,
-                    webhook_id=verified.id,
-                    provider_job_id=result.provider_job_id,
-                    body=body,
-                    received_at=now,
-                    status="received",
-                )
-                .on_conflict_do_nothing()
-                .returning(callback_events.c.id)
-            )
-        ).scalar_one_or_none()
-        if archived is None:
-            return {"status": "duplicate"}
-        job = (
-            await conn.execute(
-                sa.select(provider_jobs).where(
-                    provider_jobs.c.provider == provider,
-                    provider_jobs.c.provider_job_id == result.provider_job_id,
-                )
-            )
-        ).first()
-        if job is None:
-            # Before our submit answer was recorded: polling and reconciliation catch up.
-            await conn.execute(
-                sa.update(callback_events)
-                .where(callback_events.c.id == archived)
-                .values(status="unmatched")
-            )
-            return {"status": "unmatched"}
-        observation = events.StatusObserved.of(
-            result,
-            task_id=job.task_id,
-            attempt_id=job.attempt_id,
-            provider=provider,
-            source="callback",
-        )
-        observed = Envelope.new(
-            events.STATUS_OBSERVED,
-            observation.model_dump(),
-            key=job.task_id,
-            source="generation.callbacks",
-            tenant_id=job.tenant_id,
-            correlation_id=job.task_id,
-        )
-        await hub.outbox.add(conn, [observed])
-        await conn.execute(
-            sa.update(callback_events)
-            .where(callback_events.c.id == archived)
-            .values(status="applied")
-        )
-    return {"status": "accepted"}
+    status = await services.record_callback(
+        gen, provider=provider, webhook_id=verified.id, body=body, result=result
+    )
+    return {"status": status}

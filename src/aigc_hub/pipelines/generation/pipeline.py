@@ -2,11 +2,12 @@
 scanners, timeline, and what the hub's tools need: settings (``AIGC_HUB_GEN_*``), the
 ``aigc-hub gen`` CLI, its tables, and the local provider ``aigc-hub up`` serves beside it.
 The hub builds the state (a :class:`Generation`) once at start; the handlers and the scanners
-that need it receive it as their first argument.
+that need it receive it as their first argument. This is the only module that wires: every
+other module of the folder only offers what is declared here (``events.register`` included).
 
 Installed as the entry point ``generation`` (group ``aigc_hub.pipelines``), so every hub
 process runs it unless ``AIGC_HUB_PIPELINES`` selects others. Consumer groups, each its own
-concurrency pool (seed 004 §3.2.9):
+concurrency pool (seed 004 §3.2.9), each handled by its module in ``handlers/``:
 
 * ``generation-scheduler`` — wake-ups on ``generation.dispatch`` → a scheduling pass;
 * ``generation-submitter`` — submit and cancel calls to providers;

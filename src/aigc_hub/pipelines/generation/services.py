@@ -1,4 +1,5 @@
-"""Commands and queries of generation tasks, each one unit of work (HTTP and CLI share them).
+"""Commands and queries of generation tasks, each one unit of work (HTTP, the CLI and
+scanners share them).
 
 ``create_task`` is the seed's §3.6.2 in one transaction: task row, RESERVE ledger row,
 ``TaskQueued`` in the outbox. Tenant, status and cost never come from the request body.
@@ -16,9 +17,11 @@ from aigc_hub.core import ids
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import StaleTransition
 from aigc_hub.pipelines.generation import events, ledger, records
-from aigc_hub.pipelines.generation.adapters.base import CapabilityError
+from aigc_hub.pipelines.generation.adapters.base import CapabilityError, ProviderResult
 from aigc_hub.pipelines.generation.models import (
+    callback_events,
     generation_tasks,
+    provider_jobs,
     task_attempts,
     task_events,
 )
@@ -26,6 +29,7 @@ from aigc_hub.pipelines.generation.requests import request_of
 from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import CANCELABLE, STAGE, TaskStatus
 from aigc_hub.store import tables
+from aigc_hub.store.dialects import dialect_of
 from aigc_hub.store.engine import reader
 
 if TYPE_CHECKING:
@@ -436,3 +440,72 @@ async def grant_to_tenant(
 async def credit_balance(hub: Hub, tenant_id: str) -> ledger.Balance:
     async with reader(hub.engine) as conn:
         return await ledger.balance(conn, tenant_id)
+
+
+CallbackOutcome = Literal["accepted", "duplicate", "unmatched"]
+
+
+async def record_callback(
+    gen: Generation, *, provider: str, webhook_id: str, body: bytes, result: ProviderResult
+) -> CallbackOutcome:
+    """Archive one verified webhook (deduplicated by its id) and, when its job is ours, stage
+    its ``StatusObserved`` in the outbox, in one transaction; what became of it."""
+    hub = gen.hub
+    now = hub.clock.now_ms()
+    async with hub.transaction() as conn:
+        archived = (
+            await conn.execute(
+                dialect_of(conn)
+                .insert(callback_events)
+                .values(
+                    provider=provider,
+                    webhook_id=webhook_id,
+                    provider_job_id=result.provider_job_id,
+                    body=body,
+                    received_at=now,
+                    status="received",
+                )
+                .on_conflict_do_nothing()
+                .returning(callback_events.c.id)
+            )
+        ).scalar_one_or_none()
+        if archived is None:
+            return "duplicate"
+        job = (
+            await conn.execute(
+                sa.select(provider_jobs).where(
+                    provider_jobs.c.provider == provider,
+                    provider_jobs.c.provider_job_id == result.provider_job_id,
+                )
+            )
+        ).first()
+        if job is None:
+            # Before our submit answer was recorded: polling and reconciliation catch up.
+            await conn.execute(
+                sa.update(callback_events)
+                .where(callback_events.c.id == archived)
+                .values(status="unmatched")
+            )
+            return "unmatched"
+        observation = events.StatusObserved.of(
+            result,
+            task_id=job.task_id,
+            attempt_id=job.attempt_id,
+            provider=provider,
+            source="callback",
+        )
+        observed = Envelope.new(
+            events.STATUS_OBSERVED,
+            observation.model_dump(),
+            key=job.task_id,
+            source="generation.callbacks",
+            tenant_id=job.tenant_id,
+            correlation_id=job.task_id,
+        )
+        await hub.outbox.add(conn, [observed])
+        await conn.execute(
+            sa.update(callback_events)
+            .where(callback_events.c.id == archived)
+            .values(status="applied")
+        )
+    return "accepted"
