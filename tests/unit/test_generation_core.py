@@ -12,8 +12,17 @@ import pytest
 
 from aigc_hub.cache.memory import MemoryCache
 from aigc_hub.core.clock import ManualClock
+from aigc_hub.pipelines.generation.adapters.base import NormalizedStatus
 from aigc_hub.pipelines.generation.providers import Route
-from aigc_hub.pipelines.generation.rules import Queued, fair_order, next_poll, slot_scopes
+from aigc_hub.pipelines.generation.rules import (
+    Queued,
+    ended_by_provider,
+    fair_order,
+    is_reordered,
+    next_poll,
+    provider_part_over,
+    slot_scopes,
+)
 from aigc_hub.pipelines.generation.settings import GenerationSettings
 from aigc_hub.pipelines.generation.state import build
 from aigc_hub.pipelines.generation.states import (
@@ -113,6 +122,63 @@ def test_next_poll_backs_off_exponentially_to_the_cap(
     settings = GenerationSettings(poll_first_s=2.0, poll_max_s=60.0)
     got = next_poll(settings, polls, 1_000, terminal=terminal, jitter=jitter)
     assert got == expected_ms
+
+
+def test_provider_news_stops_counting_once_the_output_is_ours() -> None:
+    over = {status for status in TaskStatus if provider_part_over(status)}
+    assert over == TERMINAL | {TaskStatus.OUTPUT_FETCHING, TaskStatus.POST_PROCESSING}
+
+
+N = NormalizedStatus
+
+
+@pytest.mark.parametrize(
+    ("seen", "observed_at", "known_at", "reordered"),
+    [
+        (N.RUNNING, 100, 200, True),  # older than what we know
+        (N.RUNNING, 200, 200, False),
+        (N.RUNNING, 300, 200, False),
+        (N.RUNNING, None, 200, False),  # no provider clock: cannot tell
+        (N.RUNNING, 100, None, False),  # nothing known yet
+        (N.SUCCEEDED, 100, 200, False),  # an end is never dropped as reordered
+        (N.FAILED, 100, 200, False),
+    ],
+)
+def test_an_older_non_terminal_observation_is_a_reordered_one(
+    seen: NormalizedStatus, observed_at: int | None, known_at: int | None, reordered: bool
+) -> None:
+    assert is_reordered(seen, observed_at, known_at) is reordered
+
+
+@pytest.mark.parametrize(
+    ("status", "seen", "code", "expected"),
+    [
+        (TaskStatus.CANCEL_REQUESTED, N.CANCELED, None, (TaskStatus.CANCELED, {})),
+        (TaskStatus.CANCEL_REQUESTED, N.FAILED, "oops", (TaskStatus.CANCELED, {})),
+        (
+            TaskStatus.RUNNING,
+            N.CANCELED,
+            None,
+            (TaskStatus.FAILED, {"failure_class": "provider", "failure_code": "canceled"}),
+        ),
+        (
+            TaskStatus.RUNNING,
+            N.FAILED,
+            "nsfw",
+            (TaskStatus.FAILED, {"failure_class": "provider", "failure_code": "nsfw"}),
+        ),
+        (
+            TaskStatus.SUBMITTED,
+            N.FAILED,
+            None,
+            (TaskStatus.FAILED, {"failure_class": "provider", "failure_code": "provider_failed"}),
+        ),
+    ],
+)
+def test_a_provider_end_cancels_what_the_tenant_stopped_and_fails_the_rest(
+    status: TaskStatus, seen: NormalizedStatus, code: str | None, expected: object
+) -> None:
+    assert ended_by_provider(status, seen, code) == expected
 
 
 def test_tenant_weights_setting_parses_and_refuses_garbage() -> None:

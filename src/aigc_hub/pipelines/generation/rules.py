@@ -4,7 +4,9 @@
 * :func:`fair_order` — which QUEUED task goes next: weighted fair share across tenants, then
   priority aging within a tenant (seed 004 §3.6.3, §3.9.4);
 * :func:`slot_scopes` — the permits an attempt holds (§3.5.4);
-* :func:`next_poll` — when to ask a provider again: exponential backoff with jitter (§3.6.4).
+* :func:`next_poll` — when to ask a provider again: exponential backoff with jitter (§3.6.4);
+* :func:`provider_part_over`, :func:`is_reordered`, :func:`ended_by_provider` — how the one
+  state handler reacts to an observation (§3.6.4, §3.7.2).
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ import random
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from aigc_hub.pipelines.generation.adapters.base import NormalizedStatus
 from aigc_hub.pipelines.generation.providers import Route
 from aigc_hub.pipelines.generation.settings import GenerationSettings
+from aigc_hub.pipelines.generation.states import TaskStatus
 
 
 @dataclass(frozen=True)
@@ -89,3 +94,34 @@ def next_poll(
     base = min(settings.poll_max_s, settings.poll_first_s * (2 ** min(polls, 16)))
     factor = random.uniform(0.8, 1.2) if jitter is None else jitter
     return now_ms + int(base * 1000 * factor)
+
+
+def provider_part_over(status: TaskStatus) -> bool:
+    """True when a task in ``status`` takes no more news from its provider (it ended, or its
+    output is being fetched or processed)."""
+    return status.terminal or status in (TaskStatus.OUTPUT_FETCHING, TaskStatus.POST_PROCESSING)
+
+
+def is_reordered(
+    seen: NormalizedStatus, observed_at_ms: int | None, known_at_ms: int | None
+) -> bool:
+    """True when a non-terminal observation is older, by the provider's clock, than the one
+    already recorded (a reordered webhook); a terminal one is never dropped this way."""
+    if seen.terminal or observed_at_ms is None or known_at_ms is None:
+        return False
+    return observed_at_ms < known_at_ms
+
+
+def ended_by_provider(
+    status: TaskStatus, seen: NormalizedStatus, error_code: str | None
+) -> tuple[TaskStatus, dict[str, Any]]:
+    """The task's next state and failure fields when its provider reports ``seen`` (FAILED
+    or CANCELED): CANCELED when the tenant had asked to stop, else FAILED with its reason."""
+    if status is TaskStatus.CANCEL_REQUESTED:  # the tenant asked, the provider stopped
+        return TaskStatus.CANCELED, {}
+    if seen is NormalizedStatus.CANCELED:
+        return TaskStatus.FAILED, {"failure_class": "provider", "failure_code": "canceled"}
+    return TaskStatus.FAILED, {
+        "failure_class": "provider",
+        "failure_code": error_code or "provider_failed",
+    }

@@ -14,10 +14,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from aigc_hub.core import ids
 from aigc_hub.core.envelope import Envelope
-from aigc_hub.pipelines.generation import events, records
+from aigc_hub.pipelines.generation import events, records, rules
 from aigc_hub.pipelines.generation.adapters.base import NormalizedStatus
 from aigc_hub.pipelines.generation.models import generation_tasks, provider_jobs, task_attempts
-from aigc_hub.pipelines.generation.rules import next_poll
 from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import AttemptStatus, TaskStatus
 from aigc_hub.reliability.outbox import Routed
@@ -50,18 +49,13 @@ async def apply(
     if task is None or task["current_attempt_id"] != obs.attempt_id:
         return []  # an old attempt's news, or not ours
     status = S(task["status"])
-    if status.terminal or status in (S.OUTPUT_FETCHING, S.POST_PROCESSING):
-        return []  # the provider part is over; a late event changes nothing
+    if rules.provider_part_over(status):
+        return []  # a late event changes nothing
     job = await _job(conn, obs.attempt_id)
     seen = N(obs.normalized_status)
-    if (
-        not seen.terminal
-        and job is not None
-        and obs.observed_at_ms is not None
-        and job["observed_at_ms"] is not None
-        and obs.observed_at_ms < job["observed_at_ms"]
-    ):
-        return []  # older than what we know (reordered webhook)
+    known_at = None if job is None else job["observed_at_ms"]
+    if rules.is_reordered(seen, obs.observed_at_ms, known_at):
+        return []
     out: list[Envelope] = []
     if obs.provider_job_id and job is None:
         await _record_job(conn, task, obs, now_ms, gen)
@@ -129,16 +123,7 @@ async def apply(
         return [*notes, fetch, _wake(cause, task["tenant_id"])]
     if seen in (N.FAILED, N.CANCELED):
         await records.move_attempt(conn, obs.attempt_id, AttemptStatus(seen.value))
-        if status in (S.CANCEL_REQUESTED,):  # the tenant asked, the provider stopped
-            target, values = S.CANCELED, {}
-        elif seen is N.CANCELED:
-            target, values = S.FAILED, {"failure_class": "provider", "failure_code": "canceled"}
-        else:
-            target = S.FAILED
-            values = {
-                "failure_class": "provider",
-                "failure_code": obs.provider_error_code or "provider_failed",
-            }
+        target, values = rules.ended_by_provider(status, seen, obs.provider_error_code)
         if obs.actual_cost:
             values["actual_cost"] = obs.actual_cost
         notes = await records.move(
@@ -240,7 +225,7 @@ async def _record_job(
             progress=obs.progress,
             observed_at_ms=obs.observed_at_ms,
             last_observed_at=now_ms,
-            next_poll_at=next_poll(gen.settings, 0, now_ms, terminal=terminal),
+            next_poll_at=rules.next_poll(gen.settings, 0, now_ms, terminal=terminal),
             poll_count=0,
             actual_cost=obs.actual_cost,
             created_at=now_ms,
@@ -273,7 +258,7 @@ async def _update_job(
         values["next_poll_at"] = None
     elif obs.source == "callback" and job["next_poll_at"] is not None:
         # A live callback channel: the next poll can wait longer (polls are the safety net).
-        values["next_poll_at"] = next_poll(
+        values["next_poll_at"] = rules.next_poll(
             gen.settings, int(job["poll_count"]) + 2, now_ms, terminal=False
         )
     await conn.execute(
