@@ -13,9 +13,10 @@ import pytest
 from aigc_hub.cache.memory import MemoryCache
 from aigc_hub.core.clock import ManualClock
 from aigc_hub.pipelines.generation.adapters.base import NormalizedStatus
-from aigc_hub.pipelines.generation.providers import Route
 from aigc_hub.pipelines.generation.rules import (
     Queued,
+    Route,
+    cheapest_first,
     ended_by_provider,
     fair_order,
     is_reordered,
@@ -122,6 +123,13 @@ def test_next_poll_backs_off_exponentially_to_the_cap(
     settings = GenerationSettings(poll_first_s=2.0, poll_max_s=60.0)
     got = next_poll(settings, polls, 1_000, terminal=terminal, jitter=jitter)
     assert got == expected_ms
+
+
+def test_routing_prefers_the_cheapest_estimate_then_the_configured_order() -> None:
+    a, b, c = Route("a", "m", 30), Route("b", "m", 10), Route("c", "m", 30)
+    assert cheapest_first([a, b, c]) == [b, a, c]
+    assert cheapest_first([c, b, a]) == [b, c, a]  # a tie keeps the configured order
+    assert cheapest_first([]) == []
 
 
 def test_provider_news_stops_counting_once_the_output_is_ours() -> None:

@@ -9,8 +9,8 @@ each module implements:
 * ``models.py`` — its tables (§3.5.1);
 * ``states.py`` — task and attempt states and the allowed moves (§3.6–3.7);
 * ``records.py`` — the repository: load a task, move a task or an attempt (§3.5.1, §3.8.2);
-* ``rules.py`` — pure decisions: fair order and priority aging, slot scopes, poll backoff,
-  how an observation moves a task (§3.5.4, §3.6.3, §3.6.4, §3.7.2, §3.9.4);
+* ``rules.py`` — pure decisions: routing order, fair order and priority aging, slot scopes,
+  poll backoff, how an observation moves a task (§3.5.4, §3.6.3, §3.6.4, §3.7.2, §3.9.4);
 * ``services.py`` — commands and queries used by HTTP, the CLI and scanners (§3.6.2);
 * ``handlers/`` — one module per consumer group: ``scheduler``, ``submitter`` (§3.7.1),
   ``observer`` (§3.6.4), ``poller`` (§3.6.4), ``fetcher`` (§3.6.5);

@@ -7,23 +7,14 @@ rate too high), then prefers the cheapest estimate, ties broken by configured or
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from aigc_hub.pipelines.generation.adapters.base import (
     CapabilityError,
     GenerationRequest,
     ProviderAdapter,
 )
+from aigc_hub.pipelines.generation.rules import Route, cheapest_first
 from aigc_hub.reliability.breaker import CircuitBreaker
-
-
-@dataclass(frozen=True)
-class Route:
-    """A provider chosen for a request, with its estimate."""
-
-    provider: str
-    model: str
-    estimated_cost: int
 
 
 class Providers:
@@ -44,21 +35,21 @@ class Providers:
 
         The error is the first provider's (it names the field a user should change).
         """
-        found: list[tuple[int, int, Route]] = []
+        found: list[Route] = []
         first_error: CapabilityError | None = None
-        for order, (name, adapter) in enumerate(self.adapters.items()):
+        for name, adapter in self.adapters.items():
             try:
                 adapter.validate_capability(request)
             except CapabilityError as exc:
                 first_error = first_error or exc
                 continue
             cost = adapter.estimate_cost(request)
-            found.append((cost, order, Route(name, request.model, cost)))
+            found.append(Route(name, request.model, cost))
         if not found:
             if request.model not in self.models():
                 raise CapabilityError("model", f"no provider serves model {request.model!r}")
             raise first_error or CapabilityError("model", "no provider can serve this request")
-        return [route for _, _, route in sorted(found, key=lambda t: (t[0], t[1]))]
+        return cheapest_first(found)
 
     def route(self, request: GenerationRequest, key: str) -> Route | None:
         """The provider for the call ``key`` now: the best candidate whose breaker admits it

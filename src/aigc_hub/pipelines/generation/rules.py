@@ -1,6 +1,7 @@
 """Generation's pure decisions: no I/O, no clock, no database; each is table-tested
 (``tests/unit/test_generation_core.py``).
 
+* :func:`cheapest_first` — the routing order among capable providers (§3.6.3);
 * :func:`fair_order` — which QUEUED task goes next: weighted fair share across tenants, then
   priority aging within a tenant (seed 004 §3.6.3, §3.9.4);
 * :func:`slot_scopes` — the permits an attempt holds (§3.5.4);
@@ -14,14 +15,28 @@ from __future__ import annotations
 import heapq
 import random
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from aigc_hub.pipelines.generation.adapters.base import NormalizedStatus
-from aigc_hub.pipelines.generation.providers import Route
 from aigc_hub.pipelines.generation.settings import GenerationSettings
 from aigc_hub.pipelines.generation.states import TaskStatus
+
+
+@dataclass(frozen=True)
+class Route:
+    """A provider chosen for a request, with its estimate."""
+
+    provider: str
+    model: str
+    estimated_cost: int
+
+
+def cheapest_first(routes: Sequence[Route]) -> list[Route]:
+    """``routes`` (in configured preference order) cheapest estimate first; equal estimates
+    keep their configured order."""
+    return sorted(routes, key=lambda route: route.estimated_cost)  # sorted() is stable
 
 
 @dataclass(frozen=True)
