@@ -30,7 +30,7 @@ KEY_CHARS = 32
 DISPLAY_CHARS = 8
 
 
-class TenantExists(errors.HubError):
+class TenantExists(errors.Conflict):
     """A tenant with this name already exists."""
 
 

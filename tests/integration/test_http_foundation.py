@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from aigc_hub import tenancy
 from aigc_hub.bootstrap import Hub
+from aigc_hub.core import errors
 from aigc_hub.hub_config import HubConfig
 from aigc_hub.interfaces.http import auth, limits, problems
 from aigc_hub.interfaces.http.app import create_app
@@ -69,6 +70,19 @@ async def start_job() -> dict[str, str]:
 @router.get("/boom")
 async def boom() -> None:
     raise RuntimeError("secret internal detail")
+
+
+# What a pipeline's service raises, by the kind the backbone's error tree gives it.
+RAISED: dict[str, errors.HubError] = {
+    "invalid": errors.InvalidInput("model", "no provider serves model 'x'"),
+    "missing": errors.NotFound("no task t1"),
+    "conflict": errors.Conflict("the task is SUCCEEDED; it can no longer be canceled"),
+}
+
+
+@router.get("/raise/{kind}")
+async def raise_kind(kind: str) -> None:
+    raise RAISED[kind]
 
 
 # -- fixtures ------------------------------------------------------------------------------------
@@ -171,6 +185,26 @@ async def test_a_bug_is_a_500_problem_without_internals(client: httpx.AsyncClien
     assert "secret" not in response.text
     assert "Traceback" not in response.text and "RuntimeError" not in response.text
     assert set(body) == {"type", "title", "status", "detail", "instance"}
+
+
+@pytest.mark.parametrize(
+    ("kind", "status", "slug"),
+    [
+        ("invalid", 422, "validation-error"),
+        ("missing", 404, "not-found"),
+        ("conflict", 409, "conflict"),
+    ],
+)
+async def test_a_pipeline_error_of_the_hub_tree_is_answered_with_its_status(
+    client: httpx.AsyncClient, kind: str, status: int, slug: str
+) -> None:
+    response = await client.get(f"/v1/test/raise/{kind}")
+
+    body = assert_problem(response, status, slug)
+    assert body["detail"] == RAISED[kind].message
+    if kind == "invalid":
+        assert body["errors"] == [{"field": "model", "message": RAISED[kind].message}]
+    assert "Traceback" not in response.text
 
 
 # -- limits --------------------------------------------------------------------------------------

@@ -275,6 +275,9 @@ def test_installed_pipelines_reads_the_environment(monkeypatch: pytest.MonkeyPat
         (errors.RetryableError("db down"), common.ExitCode.UNAVAILABLE, "db down"),
         (errors.EnvelopeError("key", "missing"), common.ExitCode.USAGE, "envelope field 'key'"),
         (errors.PermanentError("nope"), common.ExitCode.FAILURE, "nope"),
+        (errors.InvalidInput("model", "no such model"), common.ExitCode.USAGE, "no such model"),
+        (errors.NotFound("no task t1"), common.ExitCode.NOT_FOUND, "no task t1"),
+        (errors.Conflict("already done"), common.ExitCode.CONFLICT, "already done"),
         (ValueError("bad\nvalue"), common.ExitCode.USAGE, "bad value"),
         (
             FileNotFoundError(2, "No such file or directory", "/x/y"),

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib
 import itertools
+import pkgutil
 import random
+import sys
 import time
+import types
 import uuid
 
 import pytest
@@ -545,3 +549,40 @@ def test_arm_runs_a_custom_action_on_every_hit() -> None:
 def test_the_shared_none_instance_does_nothing() -> None:
     NONE.hit("relay.after_publish")
     NONE.hit("anything")
+
+
+def exceptions_outside_the_tree(package: str) -> list[str]:
+    """Exception classes defined in ``package``'s modules that do not derive from HubError."""
+    root = importlib.import_module(package)
+    names = [package]
+    if hasattr(root, "__path__"):
+        names += [m.name for m in pkgutil.walk_packages(root.__path__, package + ".")]
+    found = []
+    for name in names:
+        module = importlib.import_module(name)
+        for value in vars(module).values():
+            if (
+                isinstance(value, type)
+                and issubclass(value, Exception)
+                and value.__module__ == name
+                and not issubclass(value, errors.HubError)
+            ):
+                found.append(f"{name}.{value.__qualname__}")
+    return found
+
+
+@pytest.mark.parametrize("package", ["aigc_hub.pipelines", "aigc_hub.providers"])
+def test_every_exception_a_pipeline_or_provider_defines_is_in_the_hub_tree(package: str) -> None:
+    assert exceptions_outside_the_tree(package) == []
+
+
+def test_the_tree_check_names_a_planted_exception_outside_the_tree(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    planted = types.ModuleType("planted_pipeline")
+    exec("class Refused(Exception):\n    pass\n", vars(planted))
+    exec("class Fine(KeyError):\n    pass\n", vars(planted))
+    planted.Fine.__module__ = "elsewhere"  # imported, not defined here: not this module's
+    monkeypatch.setitem(sys.modules, "planted_pipeline", planted)
+
+    assert exceptions_outside_the_tree("planted_pipeline") == ["planted_pipeline.Refused"]

@@ -9,11 +9,17 @@
     ├── PermanentError          a failure that no retry can fix: straight to the DLQ
     │   ├── InsufficientFunds   (reliability.ledger) a hold larger than the account's balance
     │   ├── EnvelopeError       bytes that are not a valid envelope (names the field)
-    │   └── SchemaError         unknown event type or version, or an invalid payload
+    │   ├── SchemaError         unknown event type or version, or an invalid payload
+    │   └── InvalidInput        a value names something invalid or unavailable (names the field)
+    ├── NotFound                the thing named does not exist (or is another tenant's)
+    ├── Conflict                the request contradicts what already is (finished, taken…)
     ├── ConfigurationError      settings or wiring that cannot work
     └── Retry                   flow control, not a failure: "try again after ``delay``"
 
-A class's docstring is its default message.
+A class's docstring is its default message. Every exception a pipeline raises derives from one
+of these, so the HTTP kit answers it with the right status (404, 409, 422…), the CLI exits with
+the right code, and the runtime knows whether to retry or dead-letter it. ``InvalidInput`` and
+``NotFound`` also derive from ``ValueError`` / ``LookupError``, what Python code expects of them.
 """
 
 from __future__ import annotations
@@ -50,6 +56,22 @@ class EnvelopeError(PermanentError):
 
 class SchemaError(PermanentError):
     """The event type, version or payload does not match a registered schema."""
+
+
+class InvalidInput(PermanentError, ValueError):
+    """A value names something invalid or unavailable."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(message)
+
+
+class NotFound(HubError, LookupError):
+    """The thing named does not exist."""
+
+
+class Conflict(HubError):
+    """The request contradicts the current state of what it names."""
 
 
 class StaleTransition(RetryableError):

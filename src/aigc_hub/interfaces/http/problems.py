@@ -129,6 +129,9 @@ _HUB_STATUS: tuple[tuple[type[errors.HubError], int], ...] = (
     (errors.RetryableError, 503),
     (errors.SchemaError, 422),
     (errors.EnvelopeError, 400),
+    (errors.InvalidInput, 422),
+    (errors.NotFound, 404),
+    (errors.Conflict, 409),
 )
 
 
@@ -138,7 +141,11 @@ async def _on_hub_error(request: Request, exc: Exception) -> JSONResponse:
         if isinstance(exc, kind):
             delay = getattr(exc, "delay", None)
             retry = float(delay) if isinstance(delay, int | float) else None
-            return response(request, Problem(status, exc.message, retry_after_s=retry))
+            extra: dict[str, Any] = {}
+            if isinstance(exc, errors.InvalidInput):
+                extra["errors"] = [{"field": exc.field, "message": exc.message}]
+            problem = Problem(status, exc.message, retry_after_s=retry, **extra)
+            return response(request, problem)
     return await _on_unexpected(request, exc)
 
 

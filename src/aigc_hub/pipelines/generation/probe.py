@@ -7,10 +7,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from aigc_hub.core import errors
 from aigc_hub.media import tools
 
 
-class InvalidMedia(ValueError):
+class InvalidMedia(errors.PermanentError, ValueError):
     """The file is not a readable video."""
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pydantic
 import sqlalchemy as sa
 
-from aigc_hub.core import ids
+from aigc_hub.core import errors, ids
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import StaleTransition
 from aigc_hub.pipelines.generation import events, ledger, records
@@ -135,11 +135,11 @@ class CreditBalance(pydantic.BaseModel):
     reserved: int
 
 
-class TaskNotFound(LookupError):
+class TaskNotFound(errors.NotFound):
     """No task with this id for this tenant (another tenant's ids look the same)."""
 
 
-class CannotCancel(Exception):
+class CannotCancel(errors.Conflict):
     """The task already finished."""
 
     def __init__(self, status: str) -> None:
@@ -147,12 +147,8 @@ class CannotCancel(Exception):
         super().__init__(f"the task is {status}; it can no longer be canceled")
 
 
-class InvalidRequest(ValueError):
+class InvalidRequest(errors.InvalidInput):
     """A field names something unavailable (unsupported model, missing asset…)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        self.field = field
-        super().__init__(message)
 
 
 def _normalized(body: CreateTask) -> dict[str, Any]:
@@ -398,7 +394,7 @@ async def grant_credits(hub: Hub, *, tenant_id: str, amount: int, grant_id: str)
         return await ledger.balance(conn, tenant_id)
 
 
-class UnknownTenant(LookupError):
+class UnknownTenant(errors.NotFound):
     """No tenant has this id."""
 
     def __init__(self, tenant_id: str) -> None:
@@ -406,7 +402,7 @@ class UnknownTenant(LookupError):
         super().__init__(f"no tenant {tenant_id!r}")
 
 
-class GrantIdTaken(Exception):
+class GrantIdTaken(errors.Conflict):
     """The grant id already granted credits to another tenant."""
 
     def __init__(self, grant_id: str, other_tenant_id: str) -> None:

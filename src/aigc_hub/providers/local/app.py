@@ -21,6 +21,7 @@ import pydantic
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 
+from aigc_hub.core import errors
 from aigc_hub.providers.local import catalog, outputs
 from aigc_hub.providers.local.delivery import WebhookSender
 from aigc_hub.providers.local.faults import FaultState
@@ -64,7 +65,7 @@ class JobCreate(pydantic.BaseModel):
     callback_url: pydantic.AnyHttpUrl | None = None
 
 
-class ApiError(Exception):
+class ApiError(errors.HubError):
     """An error answer of the API."""
 
     def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:

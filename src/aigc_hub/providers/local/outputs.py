@@ -12,12 +12,13 @@ import hmac
 from typing import Any
 from urllib.parse import urlencode
 
+from aigc_hub.core import errors
 from aigc_hub.providers.local.jobs import Job, iso, now_ms
 
 CONTENT_TYPE = "video/mp4"
 
 
-class OutputRefused(Exception):
+class OutputRefused(errors.HubError):
     """A signed output URL that must not be served; ``status`` is 403 or 410."""
 
     def __init__(self, status: int, code: str) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
+from aigc_hub.core import errors
 from aigc_hub.media import tools
 
 RenderMode = Literal["ffmpeg", "instant"]
@@ -36,7 +37,7 @@ _MAX_TEXT_CHARS = 48
 _STDERR_TAIL = 2000
 
 
-class RenderError(Exception):
+class RenderError(errors.HubError):
     """FFmpeg could not produce the clip; the message ends with FFmpeg's last words."""
 
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from aigc_hub.core import errors
+
 
 class NormalizedStatus(enum.StrEnum):
     """A provider job's status in our words, whatever the provider calls it."""
@@ -114,15 +116,14 @@ class ModelCapability:
     callbacks: bool = True  # does the provider send webhooks for this model?
 
 
-class CapabilityError(ValueError):
+class CapabilityError(errors.InvalidInput):
     """The request asks for something the provider cannot do; names the offending field."""
 
     def __init__(self, field_name: str, message: str) -> None:
-        self.field = field_name
-        super().__init__(f"{field_name}: {message}")
+        super().__init__(field_name, f"{field_name}: {message}")
 
 
-class ProviderError(Exception):
+class ProviderError(errors.HubError):
     """A provider call failed; ``retry_class`` says what may be done next."""
 
     def __init__(
