@@ -325,6 +325,16 @@ def test_jitter_stays_within_its_bounds_and_spreads(
     assert abs(sum(delays) / len(delays) - plain) < plain * spread * 0.1
 
 
+def test_a_schedule_takes_the_policys_delays_with_a_fixed_or_drawn_spread() -> None:
+    polls = RetryPolicy(base=2.0, factor=2.0, cap=60.0, jitter=0.2, max_retries=0)
+
+    assert [polls.jittered(n, spread=0.0) for n in (1, 2, 5, 6)] == [2.0, 4.0, 32.0, 60.0]
+    assert (polls.jittered(1, spread=-1.0), polls.jittered(1, spread=1.0)) == (1.6, 2.4)
+    assert polls.jittered(100_000, spread=0.0) == 60.0  # past float range: the cap
+    drawn = [polls.jittered(3) for _ in range(1_000)]  # max_retries does not end a schedule
+    assert 6.4 <= min(drawn) < 6.6 and 9.4 < max(drawn) <= 9.6
+
+
 def test_jitter_is_reproducible_with_a_seeded_rng() -> None:
     def draws(seed: int) -> list[float]:
         policy = dataclasses.replace(DELAYED, rng=random.Random(seed))

@@ -105,23 +105,23 @@ def test_aging_lets_an_old_low_priority_task_overtake_a_new_high_priority_one() 
 
 
 @pytest.mark.parametrize(
-    ("polls", "jitter", "terminal", "expected_ms"),
+    ("polls", "spread", "terminal", "expected_ms"),
     [
-        (0, 1.0, False, 1_000 + 2_000),  # poll_first_s
-        (1, 1.0, False, 1_000 + 4_000),  # doubles per poll
-        (3, 1.0, False, 1_000 + 16_000),
-        (10, 1.0, False, 1_000 + 60_000),  # capped at poll_max_s
-        (99, 1.0, False, 1_000 + 60_000),  # no overflow on very many polls
-        (0, 0.8, False, 1_000 + 1_600),  # jitter spans ±20 %
-        (0, 1.2, False, 1_000 + 2_400),
-        (0, 1.0, True, None),  # a terminal job is not polled again
+        (0, 0.0, False, 1_000 + 2_000),  # poll_first_s
+        (1, 0.0, False, 1_000 + 4_000),  # doubles per poll
+        (3, 0.0, False, 1_000 + 16_000),
+        (10, 0.0, False, 1_000 + 60_000),  # capped at poll_max_s
+        (5_000, 0.0, False, 1_000 + 60_000),  # no overflow on very many polls
+        (0, -1.0, False, 1_000 + 1_600),  # jitter spans ±20 %
+        (0, 1.0, False, 1_000 + 2_400),
+        (0, 0.0, True, None),  # a terminal job is not polled again
     ],
 )
 def test_next_poll_backs_off_exponentially_to_the_cap(
-    polls: int, jitter: float, terminal: bool, expected_ms: int | None
+    polls: int, spread: float, terminal: bool, expected_ms: int | None
 ) -> None:
     settings = GenerationSettings(poll_first_s=2.0, poll_max_s=60.0)
-    got = next_poll(settings, polls, 1_000, terminal=terminal, jitter=jitter)
+    got = next_poll(settings, polls, 1_000, terminal=terminal, spread=spread)
     assert got == expected_ms
 
 

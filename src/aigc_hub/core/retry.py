@@ -37,7 +37,20 @@ class RetryPolicy:
 
     def delay_for(self, retry_no: int) -> float:
         """Delay before retry number ``retry_no`` (1-based), jitter not applied."""
-        return float(min(self.cap, self.base * self.factor ** (retry_no - 1)))
+        try:
+            return float(min(self.cap, self.base * self.factor ** (retry_no - 1)))
+        except OverflowError:  # so many tries that the growth left float range: the cap
+            return float(self.cap)
+
+    def jittered(self, retry_no: int, *, spread: float | None = None) -> float:
+        """``delay_for(retry_no)`` spread by ``±jitter`` of itself, for schedules that are not
+        failures (polling, redelivery loops): no give-up, no error to classify. ``spread`` in
+        [-1, 1] fixes where in the band the delay falls (tests); by default it is drawn."""
+        delay = self.delay_for(retry_no)
+        if self.jitter:
+            drawn = self.rng.uniform(-1.0, 1.0) if spread is None else spread
+            delay *= 1.0 + self.jitter * drawn
+        return max(0.0, delay)
 
     def decide(self, error: BaseException, attempt: int) -> RetryDecision | None:
         """Return when to try again after ``attempt`` failed tries, or None to give up."""
@@ -47,10 +60,7 @@ class RetryPolicy:
             return None
         if attempt > self.max_retries:
             return None
-        delay = self.delay_for(attempt)
-        if self.jitter:
-            delay *= 1.0 + self.rng.uniform(-self.jitter, self.jitter)
-        return RetryDecision(delay=max(0.0, delay), attempt=attempt + 1)
+        return RetryDecision(delay=self.jittered(attempt), attempt=attempt + 1)
 
 
 #: Seed 000 §9.3.3: in-process retries 1 s, 2 s, 4 s (8 s cap), at most 3.

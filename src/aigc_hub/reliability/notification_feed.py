@@ -28,6 +28,7 @@ from typing import Literal
 
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import EnvelopeError
+from aigc_hub.core.retry import RetryPolicy
 from aigc_hub.messaging.base import Broker, Consumer, Record
 from aigc_hub.reliability import notifications
 from aigc_hub.reliability.notifications import Notification
@@ -253,13 +254,18 @@ class NotificationFeed:
             except Exception:
                 failures += 1
                 log.exception("notification feed: fetch failed (%d in a row)", failures)
-                await asyncio.sleep(min(30.0, 0.5 * 2 ** min(failures, 6)))
+                await asyncio.sleep(_FETCH_RETRY.jittered(failures))
                 continue
             failures = 0
             for record in records:
                 found = _notification_of(record)
                 if found is not None:
                     self.add(found)
+
+
+#: A feed whose broker fetch fails tries again after 1 s, 2 s, 4 s… up to 30 s, for as long
+#: as the hub runs (the feed is a view: nothing is lost while it waits).
+_FETCH_RETRY = RetryPolicy(base=1.0, factor=2.0, cap=30.0, jitter=0.1)
 
 
 def _notification_of(record: Record) -> Notification | None:

@@ -12,13 +12,14 @@
 
 from __future__ import annotations
 
+import functools
 import heapq
-import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from aigc_hub.core.retry import RetryPolicy
 from aigc_hub.pipelines.generation.adapters.base import NormalizedStatus
 from aigc_hub.pipelines.generation.settings import GenerationSettings
 from aigc_hub.pipelines.generation.states import TaskStatus
@@ -94,21 +95,27 @@ def slot_scopes(tenant_id: str, route: Route) -> list[tuple[str, str]]:
     ]
 
 
+@functools.lru_cache(maxsize=8)
+def poll_policy(first_s: float, max_s: float) -> RetryPolicy:
+    """Polls double from ``first_s`` to ``max_s``, spread ±20 %. Polling never gives up on its
+    own (the task's deadline ends it), so only the policy's delays are used."""
+    return RetryPolicy(base=first_s, factor=2.0, cap=max_s, jitter=0.2)
+
+
 def next_poll(
     settings: GenerationSettings,
     polls: int,
     now_ms: int,
     *,
     terminal: bool,
-    jitter: float | None = None,
+    spread: float | None = None,
 ) -> int | None:
-    """Exponential from ``poll_first_s`` to ``poll_max_s`` with ±20 % jitter (a random factor
-    in [0.8, 1.2] unless ``jitter`` gives it); None at the end."""
+    """When to poll after ``polls`` polls: the poll policy's delay (``spread`` in [-1, 1]
+    fixes its jitter, else it is drawn); None once the job is terminal."""
     if terminal:
         return None
-    base = min(settings.poll_max_s, settings.poll_first_s * (2 ** min(polls, 16)))
-    factor = random.uniform(0.8, 1.2) if jitter is None else jitter
-    return now_ms + int(base * 1000 * factor)
+    policy = poll_policy(settings.poll_first_s, settings.poll_max_s)
+    return now_ms + int(policy.jittered(polls + 1, spread=spread) * 1000)
 
 
 def provider_part_over(status: TaskStatus) -> bool:
