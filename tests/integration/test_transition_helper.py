@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import StaleTransition
 from aigc_hub.core.states import StateMachine, TransitionNotAllowed
-from aigc_hub.store.transitions import History, Stateful, move
+from aigc_hub.store.transitions import History, Stateful, move, move_from_any
 
 
 class Order(enum.StrEnum):
@@ -205,3 +205,38 @@ async def test_the_helper_refuses_calls_that_do_not_fit_the_row_kind(
             await conn.execute(sa.select(parcels.c.status).where(parcels.c.id == order))
         ).scalar_one()
     assert status == "OPEN"  # refused before any write
+
+
+async def _parcel(db: AsyncEngine, row_id: str) -> tuple[str, str | None] | None:
+    async with db.connect() as conn:
+        row = (await conn.execute(sa.select(parcels).where(parcels.c.id == row_id))).first()
+    return None if row is None else (row.status, row.note)
+
+
+async def test_a_move_from_any_allowed_state_takes_one_update_and_tells_repeats_apart(
+    db: AsyncEngine, order: str
+) -> None:
+    async with db.begin() as conn:
+        assert await move_from_any(conn, PARCEL_ROWS, order, to=O.PAID, values={"note": "a"})
+    async with db.begin() as conn:  # a repeated observation: already there, nothing written
+        assert not await move_from_any(conn, PARCEL_ROWS, order, to=O.PAID, values={"note": "b"})
+    async with db.begin() as conn:  # an unknown row: nothing to move
+        assert not await move_from_any(conn, PARCEL_ROWS, str(uuid.uuid4()), to=O.PAID)
+    assert await _parcel(db, order) == ("PAID", "a")
+    async with db.begin() as conn:  # PAID -> SHIPPED is allowed from where the row stands
+        assert await move_from_any(conn, PARCEL_ROWS, order, to=O.SHIPPED)
+    with pytest.raises(TransitionNotAllowed):  # SHIPPED is terminal: the machine refuses
+        async with db.begin() as conn:
+            await move_from_any(conn, PARCEL_ROWS, order, to=O.VOID, values={"note": "c"})
+    assert await _parcel(db, order) == ("SHIPPED", "a")
+
+
+async def test_a_move_from_any_state_refuses_a_row_kind_that_keeps_history(
+    db: AsyncEngine, order: str
+) -> None:
+    async with db.begin() as conn:
+        with pytest.raises(ValueError, match="use move"):
+            await move_from_any(conn, ORDER_ROWS, order, to=O.PAID)
+        with pytest.raises(ValueError, match="may not set"):
+            await move_from_any(conn, PARCEL_ROWS, order, to=O.PAID, values={"status": "VOID"})
+    assert await _parcel(db, order) == ("OPEN", None)

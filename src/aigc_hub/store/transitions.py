@@ -169,6 +169,50 @@ async def move(
     return Moved(current, to, version, events)
 
 
+async def move_from_any(
+    conn: AsyncConnection,
+    kind: Stateful[S],
+    row_id: object,
+    *,
+    to: S,
+    values: Mapping[str, object] | None = None,
+) -> bool:
+    """Move row ``row_id`` to ``to`` from whatever allowed state it is in, in one guarded
+    update (no read first: the common case is one statement). False when nothing moved
+    because the row is missing or already in ``to`` (a repeated observation).
+
+    For rows without version or history only (a history row must name the state left, which
+    the caller then reads first and passes to :func:`move`). Raises
+    :class:`~aigc_hub.core.states.TransitionNotAllowed` when the row's state may not go to
+    ``to``.
+    """
+    if kind.history is not None or kind.version_column is not None:
+        raise ValueError(f"{kind.table.name} keeps a version or history: use move()")
+    table = kind.table
+    extra = dict(values or {})
+    if extra.keys() & {kind.id_column, kind.status_column}:
+        raise ValueError(f"values may not set {kind.id_column} or {kind.status_column}")
+    sources = sorted(state.value for state in kind.machine.sources_of(to))
+    status = table.c[kind.status_column]
+    moved = (
+        await conn.execute(
+            sa.update(table)
+            .where(table.c[kind.id_column] == row_id, status.in_(sources))
+            .values({kind.status_column: to.value, **extra})
+            .returning(table.c[kind.id_column])
+        )
+    ).scalar_one_or_none()
+    if moved is not None:
+        return True
+    # Nothing matched: read why (only on this rare path).
+    found = (
+        await conn.execute(sa.select(status).where(table.c[kind.id_column] == row_id))
+    ).scalar_one_or_none()
+    if found is not None and found != to.value:
+        kind.machine.check(type(to)(found), to)  # raises: that state may not move to ``to``
+    return False
+
+
 def _history_row(
     history: History, current: S, to: S, version: int | None, record: Mapping[str, object] | None
 ) -> dict[str, object]:

@@ -107,23 +107,7 @@ async def move_attempt(
 
     Raises :class:`~aigc_hub.core.states.TransitionNotAllowed` for a move its machine forbids.
     """
-    status = (
-        await conn.execute(
-            sa.select(task_attempts.c.status).where(task_attempts.c.id == attempt_id)
-        )
-    ).scalar_one_or_none()
-    if status is None or status == to.value:
-        return False
-    await transitions.move(
-        conn,
-        ATTEMPT_ROWS,
-        attempt_id,
-        current=AttemptStatus(status),
-        to=to,
-        seen_version=None,
-        values=values,
-    )
-    return True
+    return await transitions.move_from_any(conn, ATTEMPT_ROWS, attempt_id, to=to, values=values)
 
 
 async def close_ledger(
