@@ -6,13 +6,12 @@ import base64
 import hashlib
 import hmac
 
-import pydantic
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.support.webhook_secrets import ACCEPTED_FORMS, GARBAGE, KEY
 
 from aigc_hub.core.errors import ConfigurationError, PermanentError
-from aigc_hub.pipelines.generation.settings import GenerationSettings
 from aigc_hub.reliability import webhooks
 from aigc_hub.reliability.webhooks import (
     VerifiedWebhook,
@@ -108,24 +107,6 @@ def test_stale_or_future_timestamps_are_out_of_window(skew: int) -> None:
     assert reason([SECRET], headers(), BODY, TIMESTAMP + skew) == "timestamp_out_of_window"
 
 
-# A 32-byte key: its base64 ends in one "=", so padded and unpadded forms differ.
-KEY = bytes(range(32))
-PADDED = base64.b64encode(KEY).decode()
-ACCEPTED_FORMS = {
-    "prefix, padded": "whsec_" + PADDED,
-    "prefix, unpadded": "whsec_" + PADDED.rstrip("="),
-    "bare, padded": PADDED,
-    "bare, unpadded": PADDED.rstrip("="),
-}
-GARBAGE = {
-    "not base64": "whsec_not base64!",
-    "url-safe alphabet": "whsec_" + base64.urlsafe_b64encode(b"\xfb\xff" * 16).decode(),
-    "impossible length": "whsec_AAAAA",
-    "empty key": "whsec_",
-    "padding only": "==",
-}
-
-
 def delivery_signed_by_hand(key: bytes) -> dict[str, str]:
     """Standard Webhooks headers computed here from the raw key, not by the code under test."""
     digest = hmac.new(key, f"{MSG_ID}.{TIMESTAMP}.".encode() + BODY, hashlib.sha256).digest()
@@ -168,26 +149,6 @@ def test_the_standard_webhooks_verifier_checks_deliveries_against_all_its_secret
         narrow.verify(headers(), BODY, TIMESTAMP + 11)
     with pytest.raises(ConfigurationError, match="tolerance"):
         webhooks.StandardWebhooks([SECRET], tolerance_s=-1)
-
-
-@pytest.mark.parametrize("setting", ["LOCAL_WEBHOOK_SECRETS", "REPLICATE_WEBHOOK_SECRETS"])
-@pytest.mark.parametrize("bad", GARBAGE.values(), ids=GARBAGE.keys())
-def test_a_garbage_secret_fails_settings_validation_naming_the_env_variable(
-    monkeypatch: pytest.MonkeyPatch, setting: str, bad: str
-) -> None:
-    monkeypatch.setenv(f"AIGC_HUB_GEN_{setting}", f"{ACCEPTED_FORMS['bare, unpadded']},{bad}")
-    with pytest.raises(pydantic.ValidationError) as info:
-        GenerationSettings()
-    message = str(info.value)
-    assert f"AIGC_HUB_GEN_{setting}: secret 2:" in message
-    assert PADDED.rstrip("=") not in message  # secrets stay out of the error
-
-
-def test_every_accepted_secret_form_passes_settings_validation(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("AIGC_HUB_GEN_LOCAL_WEBHOOK_SECRETS", ",".join(ACCEPTED_FORMS.values()))
-    assert GenerationSettings().webhook_secrets("local") == list(ACCEPTED_FORMS.values())
 
 
 header_values = st.one_of(
