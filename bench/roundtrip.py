@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from aigc_hub.bootstrap import Hub
 from aigc_hub.core.envelope import Envelope
+from aigc_hub.core.outcomes import HandlingOutcome
 from aigc_hub.hub_config import HubConfig
 from aigc_hub.messaging.base import Broker
 from aigc_hub.messaging.catalog import TopicSpec
@@ -93,7 +94,7 @@ class LatencyProbe:
         self, call_next: Next, envelope: Envelope, ctx: HandlerContext
     ) -> list[Envelope]:
         result = await call_next(envelope, ctx)
-        if self.recording and ctx.result_code == "applied":
+        if self.recording and ctx.outcome is HandlingOutcome.APPLIED:
             sent = int(envelope.payload["sent_ns"])
             self.samples_ms.append((time.time_ns() - sent) / 1e6)
         return result
@@ -223,13 +224,18 @@ async def main(
     await asyncio.sleep(0.2)
     probe.recording = False
     samples = sorted(probe.samples_ms)
-    if samples:
-        p50 = statistics.median(samples)
-        p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]
-        print(
-            f"latency:    p50 {p50:6.1f} ms   p99 {p99:6.1f} ms   enqueue→effect at {rate}/s "
-            f"for {seconds:g} s ({len(samples)} samples)"
+    effects_done = await count_effects(hub)
+    if effects_done < target or not samples:  # a figure from a broken run would mislead
+        raise SystemExit(
+            f"error: the latency phase made {effects_done} of {target} effects and "
+            f"{len(samples)} samples; see the log above"
         )
+    p50 = statistics.median(samples)
+    p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]
+    print(
+        f"latency:    p50 {p50:6.1f} ms   p99 {p99:6.1f} ms   enqueue→effect at {rate}/s "
+        f"for {seconds:g} s ({len(samples)} samples)"
+    )
     stop.set()
     await runner
     await hub.close()
