@@ -38,7 +38,6 @@ from aigc_hub.pipeline import Pipeline
 from aigc_hub.runtime.context import HandlerContext
 from aigc_hub.runtime.middleware import Next
 from aigc_hub.store import engine as store_engine
-from aigc_hub.store import migrate
 
 TOPIC = "bench.tasks"
 EVENT = "bench.task.enqueued"
@@ -128,7 +127,13 @@ async def main(
     """Run the phases; returns the drain throughput (tasks/s)."""
     workdir = Path(tempfile.mkdtemp(prefix="aigc-bench-"))
     url = args.database_url or f"sqlite:///{workdir / 'hub.db'}"
-    migrate.upgrade(url)
+    # Migrate in a child process, as a deployment does (`aigc-hub db upgrade`), so the peak
+    # RSS printed is the hub's and not the migration's (which imports installed pipelines).
+    migration = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", f"from aigc_hub.store import migrate; migrate.upgrade({url!r})"
+    )
+    if await migration.wait() != 0:
+        raise SystemExit("error: the migration failed; see its output above")
     engine = store_engine.create_engine(url)
     async with engine.begin() as conn:
         await conn.run_sync(bench_metadata.drop_all)

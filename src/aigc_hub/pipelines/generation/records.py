@@ -21,7 +21,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.pipelines.generation import ledger
-from aigc_hub.pipelines.generation.models import generation_tasks, task_attempts, task_events
+from aigc_hub.pipelines.generation.models import (
+    generation_tasks,
+    provider_jobs,
+    task_attempts,
+    task_events,
+)
 from aigc_hub.pipelines.generation.states import ATTEMPTS, STAGE, TASKS, AttemptStatus, TaskStatus
 from aigc_hub.reliability.notifications import Notification, notification_envelope
 from aigc_hub.store import transitions
@@ -42,6 +47,18 @@ async def load(conn: AsyncConnection, task_id: str) -> dict[str, Any] | None:
         await conn.execute(sa.select(generation_tasks).where(generation_tasks.c.id == task_id))
     ).first()
     return None if row is None else dict(row._mapping)
+
+
+async def load_attempt(conn: AsyncConnection, attempt_id: str) -> sa.Row[Any] | None:
+    """The attempt row, or None."""
+    query = sa.select(task_attempts).where(task_attempts.c.id == attempt_id)
+    return (await conn.execute(query)).first()
+
+
+async def load_job(conn: AsyncConnection, attempt_id: str) -> sa.Row[Any] | None:
+    """The provider job recorded for an attempt, or None (not submitted, or not yet known)."""
+    query = sa.select(provider_jobs).where(provider_jobs.c.attempt_id == attempt_id)
+    return (await conn.execute(query)).first()
 
 
 async def move(

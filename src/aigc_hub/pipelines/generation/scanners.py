@@ -107,11 +107,7 @@ class DeadlineScanner:
                     return "skipped"
                 await hub.outbox.add(conn, notes)
                 return "failed_queue_timeout"
-            attempt = (
-                await conn.execute(
-                    sa.select(task_attempts).where(task_attempts.c.id == task["current_attempt_id"])
-                )
-            ).first()
+            attempt = await records.load_attempt(conn, task["current_attempt_id"])
             if attempt is None:
                 return "skipped"
             unknown_for = now_ms - (attempt.unknown_since or now_ms)

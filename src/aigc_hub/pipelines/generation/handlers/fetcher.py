@@ -21,7 +21,7 @@ from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import Retry
 from aigc_hub.pipelines.generation import events, records
 from aigc_hub.pipelines.generation.adapters.base import NormalizedStatus, ProviderError
-from aigc_hub.pipelines.generation.models import assets, provider_jobs
+from aigc_hub.pipelines.generation.models import assets
 from aigc_hub.pipelines.generation.probe import InvalidMedia
 from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import TaskStatus
@@ -45,11 +45,7 @@ async def fetch_output(gen: Generation, env: Envelope, ctx: HandlerContext) -> l
     f = ctx.payload_as(events.FetchRequested)
     async with reader(hub.engine) as conn:
         task = await records.load(conn, f.task_id)
-        job = (
-            await conn.execute(
-                sa.select(provider_jobs).where(provider_jobs.c.attempt_id == f.attempt_id)
-            )
-        ).first()
+        job = await records.load_job(conn, f.attempt_id)
     if (
         task is None
         or job is None

@@ -193,9 +193,7 @@ async def _not_accepted(
 
 
 async def _job(conn: AsyncConnection, attempt_id: str) -> Mapping[str, Any] | None:
-    row = (
-        await conn.execute(sa.select(provider_jobs).where(provider_jobs.c.attempt_id == attempt_id))
-    ).first()
+    row = await records.load_job(conn, attempt_id)
     return None if row is None else dict(row._mapping)
 
 
@@ -206,9 +204,7 @@ async def _record_job(
     now_ms: int,
     gen: Generation,
 ) -> None:
-    attempt = (
-        await conn.execute(sa.select(task_attempts).where(task_attempts.c.id == obs.attempt_id))
-    ).first()
+    attempt = await records.load_attempt(conn, obs.attempt_id)
     terminal = N(obs.normalized_status).terminal
     await conn.execute(
         dialect_of(conn)

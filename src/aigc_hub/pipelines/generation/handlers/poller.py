@@ -13,7 +13,7 @@ from aigc_hub.core.errors import Retry
 from aigc_hub.pipelines.generation import events, records
 from aigc_hub.pipelines.generation.adapters.base import ProviderError
 from aigc_hub.pipelines.generation.handlers.submitter import observed
-from aigc_hub.pipelines.generation.models import provider_jobs, task_attempts
+from aigc_hub.pipelines.generation.models import provider_jobs
 from aigc_hub.pipelines.generation.rules import next_poll
 from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import TaskStatus
@@ -26,14 +26,8 @@ async def poll_job(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[
     p = ctx.payload_as(events.PollRequested)
     async with reader(hub.engine) as conn:
         task = await records.load(conn, p.task_id)
-        attempt = (
-            await conn.execute(sa.select(task_attempts).where(task_attempts.c.id == p.attempt_id))
-        ).first()
-        job = (
-            await conn.execute(
-                sa.select(provider_jobs).where(provider_jobs.c.attempt_id == p.attempt_id)
-            )
-        ).first()
+        attempt = await records.load_attempt(conn, p.attempt_id)
+        job = await records.load_job(conn, p.attempt_id)
     if task is None or attempt is None or task["current_attempt_id"] != p.attempt_id:
         return []
     if TaskStatus(task["status"]).terminal:

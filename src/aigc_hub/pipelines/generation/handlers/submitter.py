@@ -26,7 +26,7 @@ from aigc_hub.pipelines.generation.adapters.base import (
     ProviderResult,
     RetryClass,
 )
-from aigc_hub.pipelines.generation.models import provider_jobs, task_attempts
+from aigc_hub.pipelines.generation.models import task_attempts
 from aigc_hub.pipelines.generation.requests import request_of
 from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import AttemptStatus, TaskStatus
@@ -74,9 +74,7 @@ async def submit_attempt(gen: Generation, env: Envelope, ctx: HandlerContext) ->
     d = ctx.payload_as(events.AttemptDispatched)
     async with reader(hub.engine) as conn:
         task = await records.load(conn, d.task_id)
-        attempt = (
-            await conn.execute(sa.select(task_attempts).where(task_attempts.c.id == d.attempt_id))
-        ).first()
+        attempt = await records.load_attempt(conn, d.attempt_id)
     if task is None or attempt is None or task["current_attempt_id"] != d.attempt_id:
         return []
     if attempt.status != TaskStatus.DISPATCHING.value:
@@ -189,13 +187,7 @@ async def cancel_at_provider(gen: Generation, env: Envelope, ctx: HandlerContext
         task = await records.load(conn, c.task_id)
         if task is None or task["status"] != TaskStatus.CANCEL_REQUESTED.value:
             return []
-        job = (
-            await conn.execute(
-                sa.select(provider_jobs).where(
-                    provider_jobs.c.attempt_id == task["current_attempt_id"]
-                )
-            )
-        ).first()
+        job = await records.load_job(conn, task["current_attempt_id"])
     if job is None:
         return await _cancel_unrecorded(hub, gen, env, task)
     adapter = gen.providers.get(job.provider)
@@ -222,11 +214,7 @@ async def _cancel_unrecorded(
     sees CANCEL_REQUESTED itself; one that timed out (SUBMIT_UNKNOWN) never answers again, so
     ask by the request key: NOT_FOUND ends the task CANCELED, a found job is asked to stop."""
     async with reader(hub.engine) as conn:
-        attempt = (
-            await conn.execute(
-                sa.select(task_attempts).where(task_attempts.c.id == task["current_attempt_id"])
-            )
-        ).first()
+        attempt = await records.load_attempt(conn, task["current_attempt_id"])
     if attempt is None or attempt.status != TaskStatus.SUBMIT_UNKNOWN.value:
         return []
     adapter = gen.providers.get(attempt.provider)
