@@ -34,6 +34,15 @@ VideoProbe = Callable[[Path], Awaitable[VideoInfo]]
 
 
 @dataclass
+class SchedulerStats:
+    """What this process's scheduling passes did (tests and benchmarks read it)."""
+
+    passes: int = 0
+    rows_read: int = 0
+    dispatched: int = 0
+
+
+@dataclass
 class Generation:
     """Everything the pipeline's handlers, routes and scanners share within one hub."""
 
@@ -47,6 +56,7 @@ class Generation:
     #: Serializes scheduling passes within a process (across processes guarded updates do).
     schedule_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     rerun: bool = False
+    scheduler: SchedulerStats = field(default_factory=SchedulerStats)
 
     async def close(self) -> None:
         """Close the provider clients."""

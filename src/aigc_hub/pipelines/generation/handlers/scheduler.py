@@ -21,6 +21,7 @@ next task leases more, so each dispatch commits at once instead of with the inbo
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -44,8 +45,12 @@ from aigc_hub.store.engine import reader
 if TYPE_CHECKING:
     from aigc_hub.bootstrap import Hub
 
-#: How many QUEUED rows one pass looks at (oldest first); the rest wait for the next pass.
-WINDOW = 2000
+#: How many QUEUED tasks of one tenant a pass reads (its best by effective priority). A pass
+#: can dispatch at most this many of a tenant's tasks; one that used them all runs again.
+PER_TENANT = 32
+#: How many QUEUED rows one pass reads at most, whatever the queue's length: each tenant's
+#: best task first (oldest heads first), then each tenant's second… (``PER_TENANT`` each).
+PASS_ROWS = 256
 
 
 T = TypeVar("T")
@@ -83,22 +88,39 @@ async def schedule(gen: Generation, record: Checkpoint | None = None) -> int:
                 return total
 
 
+def queue_window(aging_ms: float) -> sa.Select[Any]:
+    """The QUEUED rows a pass reads: each tenant's ``PER_TENANT`` best by effective priority
+    (priority, raised one step per ``aging_ms`` waited), at most ``PASS_ROWS`` in all.
+
+    The within-tenant order is :func:`~.rules.fair_order`'s: ``priority + (now - queued_at) /
+    aging`` sorts like ``priority * aging - queued_at`` (``now`` is the same for every row),
+    so SQL can rank without knowing the time. Tenants are then interleaved by rank, so the
+    cap keeps every tenant's head before any tenant's second task.
+    """
+    t = generation_tasks
+    effective = t.c.priority * sa.literal(float(aging_ms)) - t.c.queued_at
+    rank = (
+        sa.func.row_number()
+        .over(partition_by=t.c.tenant_id, order_by=(effective.desc(), t.c.queued_at, t.c.id))
+        .label("rank")
+    )
+    ranked = sa.select(t, rank).where(t.c.status == TaskStatus.QUEUED.value).subquery()
+    columns = [ranked.c[c.name] for c in t.columns]
+    return (
+        sa.select(*columns, ranked.c.rank)
+        .where(ranked.c.rank <= PER_TENANT)
+        .order_by(ranked.c.rank, ranked.c.queued_at)
+        .limit(PASS_ROWS)
+    )
+
+
 async def _pass(hub: Hub, gen: Generation, record: Checkpoint) -> int:
     now = hub.clock.now_ms()
+    aging_ms = gen.settings.aging_per_priority_s * 1000
     async with reader(hub.engine) as conn:
-        rows = (
-            await conn.execute(
-                sa.select(
-                    generation_tasks.c.id,
-                    generation_tasks.c.tenant_id,
-                    generation_tasks.c.priority,
-                    generation_tasks.c.queued_at,
-                )
-                .where(generation_tasks.c.status == TaskStatus.QUEUED.value)
-                .order_by(generation_tasks.c.queued_at)
-                .limit(WINDOW)
-            )
-        ).all()
+        rows = (await conn.execute(queue_window(aging_ms))).all()
+        gen.scheduler.passes += 1
+        gen.scheduler.rows_read += len(rows)
         if not rows:
             return 0
         active_rows = await conn.execute(
@@ -107,34 +129,38 @@ async def _pass(hub: Hub, gen: Generation, record: Checkpoint) -> int:
             .group_by(generation_tasks.c.tenant_id)
         )
         active = {t: int(n) for t, n in active_rows}
+    tasks = {r.id: dict(r._mapping) for r in rows}
     order = fair_order(
         [Queued(r.id, r.tenant_id, r.priority, r.queued_at) for r in rows],
         active,
         now,
-        gen.settings.aging_per_priority_s * 1000,
+        aging_ms,
         gen.settings.weights(),
     )
     dispatched = 0
     full_tenants: set[str] = set()
+    served: Counter[str] = Counter()
     for q in order:
         if q.tenant_id in full_tenants:
             continue
-        outcome = await _dispatch(hub, gen, q.id, record)
+        outcome = await _dispatch(hub, gen, tasks[q.id], record)
         if outcome == "platform":
-            break
+            gen.scheduler.dispatched += dispatched
+            return dispatched  # nothing more can go until a slot frees (that wakes a pass)
         if outcome == "tenant":
             full_tenants.add(q.tenant_id)
         elif outcome == "dispatched":
             dispatched += 1
+            served[q.tenant_id] += 1
+    gen.scheduler.dispatched += dispatched
+    if len(rows) == PASS_ROWS or any(n == PER_TENANT for n in served.values()):
+        gen.rerun = True  # the window held back work that may now go: look again
     return dispatched
 
 
-async def _dispatch(hub: Hub, gen: Generation, task_id: str, record: Checkpoint) -> str:
-    """Try to dispatch one task: "dispatched", "gone", "no_route" or the full level's name."""
-    async with reader(hub.engine) as conn:
-        task = await records.load(conn, task_id)
-    if task is None or task["status"] != TaskStatus.QUEUED.value:
-        return "gone"
+async def _dispatch(hub: Hub, gen: Generation, task: dict[str, Any], record: Checkpoint) -> str:
+    """Try to dispatch one task (its row as the pass read it; the guarded update refuses it
+    if it moved since): "dispatched", "gone", "no_route" or the full level's name."""
     attempt_id = ids.new_id_str()
     try:
         route = gen.providers.route(request_of(task), attempt_id)
