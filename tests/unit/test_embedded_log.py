@@ -155,14 +155,25 @@ async def test_brokers_of_one_file_wake_each_other_without_polling(
     writer = EmbeddedBroker(tmp_path / "log.db", retention_interval=None)
     reader = EmbeddedBroker(tmp_path / "log.db", poll_interval=30, retention_interval=None)
     try:
-        await writer.ensure_topics([TopicSpec("t", 1, None)])
+        await writer.ensure_topics([TopicSpec("t", 1, None), TopicSpec("other", 1, None)])
+        wakes: list[WatchedWakeUp] = []
+        made = asyncio.Event()
+
+        def watched() -> WatchedWakeUp:
+            wakes.append(WatchedWakeUp())
+            made.set()
+            return wakes[-1]
+
+        await reader.start()  # both brokers share this loop's signal for the file
+        reader.signal.event_factory = watched
         consumer = reader.consumer("g", ["t"])
-        assert await consumer.fetch(1, 0) == []
-        wake = WatchedWakeUp()
-        reader.signal.changed = wake  # both brokers share this loop's signal for the file
         waiting = asyncio.create_task(consumer.fetch(10, 20))
         async with asyncio.timeout(5):
+            await made.wait()
+            (wake,) = wakes
             await wake.awaited.wait()  # the fetch read nothing and now waits for a wake-up
+        await writer.publish(msgs("other", 3))  # another topic's append wakes no one here
+        assert not wake.is_set()
         await writer.publish(msgs("t", 2))
         async with asyncio.timeout(2):  # the next poll is 30 s away: only the wake-up fits
             assert len(await waiting) == 2

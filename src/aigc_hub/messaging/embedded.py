@@ -188,7 +188,7 @@ class EmbeddedBroker:
                     for i, m in enumerate(batch)
                 )
             await conn.execute(schema.records.insert(), rows)
-        self.signal.notify()
+        self.signal.appended(infos)
 
     def consumer(
         self,

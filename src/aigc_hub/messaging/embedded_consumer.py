@@ -68,6 +68,8 @@ class EmbeddedConsumer:
         self._stop = asyncio.Event()
         self._rotation = itertools.count()
         self._closed = False
+        #: Set by appends to this member's topics (and membership changes) in this process.
+        self._wake: asyncio.Event | None = None
 
     async def fetch(self, max_records: int, timeout: float) -> list[Record]:
         """Up to ``max_records`` records, shared fairly over owned partitions; [] on timeout."""
@@ -79,11 +81,14 @@ class EmbeddedConsumer:
         await broker.start()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        if self._wake is None:
+            self._wake = broker.signal.watch(self.topics)
+        wake = self._wake
         while not self._closed:  # closed meanwhile by another task: return empty
             self._last_fetch = loop.time()
             if self._last_fetch >= self._next_rebalance:
                 await self._rebalance()
-            changed = broker.signal.changed
+            wake.clear()  # an append from now on sets it again: none is missed
             generation, rows = await self._read(max_records)
             if generation != self._generation:
                 await self._rebalance()  # someone joined or released: re-spread, then re-read
@@ -95,7 +100,7 @@ class EmbeddedConsumer:
                 return []
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(remaining, broker.poll_interval)):
-                    await changed.wait()
+                    await wake.wait()
         return []
 
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
@@ -129,6 +134,9 @@ class EmbeddedConsumer:
             return
         self._closed = True
         self._stop.set()
+        if self._wake is not None:  # a fetch waiting now returns at once
+            self._wake.set()
+            self.broker.signal.unwatch(self._wake)
         if self._heartbeat is not None:
             await self._heartbeat  # no cancel: it may be inside a transaction
         if self._announced and self._on_revoke is not None:

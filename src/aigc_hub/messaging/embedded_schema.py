@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Callable, Iterable
 
 import sqlalchemy as sa
 
@@ -79,20 +80,51 @@ groups = sa.Table(
 
 
 class Signal:
-    """What brokers of one file in one event loop share: an append wake-up and a write lock.
+    """What brokers of one file in one event loop share: wake-ups and a write lock.
+
+    A reader registers one event for the topics it reads (:meth:`watch`): an append wakes
+    only the readers of the topics appended to, so a busy topic does not make every consumer
+    group of the process re-read the file for nothing. :meth:`notify` wakes every reader (a
+    member joined or left: assignments may have moved). Appends by other processes wake no
+    one here; readers find them at their next poll (``poll_interval``).
 
     The lock keeps this process's writers from spinning in SQLite's busy handler; other
     processes still meet at the file's own lock (BEGIN IMMEDIATE + busy timeout).
     """
 
+    #: What :meth:`watch` makes (a test swaps in an event that says when someone waits).
+    event_factory: Callable[[], asyncio.Event] = asyncio.Event
+
     def __init__(self) -> None:
-        self.changed = asyncio.Event()
         self.write_lock = asyncio.Lock()
+        self._readers: dict[str, set[asyncio.Event]] = {}
+        self._all: set[asyncio.Event] = set()
+
+    def watch(self, topics: Iterable[str]) -> asyncio.Event:
+        """A new event, set by appends to ``topics`` and by :meth:`notify`; the reader clears
+        it before each read and waits on it after an empty one (no wake-up is lost)."""
+        event = self.event_factory()
+        for topic in topics:
+            self._readers.setdefault(topic, set()).add(event)
+        self._all.add(event)
+        return event
+
+    def unwatch(self, event: asyncio.Event) -> None:
+        """Forget ``event`` (its reader closed)."""
+        self._all.discard(event)
+        for readers in self._readers.values():
+            readers.discard(event)
+
+    def appended(self, topics: Iterable[str]) -> None:
+        """Wake the readers of ``topics``."""
+        for topic in topics:
+            for event in self._readers.get(topic, ()):
+                event.set()
 
     def notify(self) -> None:
-        """Wake everyone waiting on the current event; later waiters get a fresh one."""
-        self.changed.set()
-        self.changed = asyncio.Event()
+        """Wake every reader."""
+        for event in self._all:
+            event.set()
 
 
 _SIGNALS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Signal]] = (

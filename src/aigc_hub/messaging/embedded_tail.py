@@ -33,15 +33,18 @@ async def open_tail(broker: EmbeddedBroker, topics: Sequence[str]) -> EmbeddedTa
         tp_ids = [tp for info in infos.values() for tp in info.tp_ids]
         ends = await conn.execute(sa.select(p.c.id, p.c.next_offset).where(p.c.id.in_(tp_ids)))
         positions = {int(tp): int(end) for tp, end in ends}
-    return EmbeddedTail(broker, positions)
+    return EmbeddedTail(broker, positions, tuple(infos))
 
 
 class EmbeddedTail:
     """Reads new records of its partitions; fetch from one task at a time."""
 
-    def __init__(self, broker: EmbeddedBroker, positions: dict[int, int]) -> None:
+    def __init__(
+        self, broker: EmbeddedBroker, positions: dict[int, int], topics: Sequence[str]
+    ) -> None:
         self.broker = broker
         self._positions = positions  # partition id -> next offset to read
+        self._wake = broker.signal.watch(topics)  # set by appends to ``topics`` here
         self._rotation = itertools.count()
         self._closed = False
 
@@ -55,7 +58,7 @@ class EmbeddedTail:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while not self._closed:
-            changed = broker.signal.changed
+            self._wake.clear()  # an append from now on sets it again: none is missed
             async with broker.reading() as conn:
                 rows = await reads.read_owned(
                     conn, self._positions, max_records, next(self._rotation)
@@ -67,7 +70,7 @@ class EmbeddedTail:
                 return []
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(remaining, broker.poll_interval)):
-                    await changed.wait()
+                    await self._wake.wait()
         return []
 
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
@@ -78,5 +81,7 @@ class EmbeddedTail:
         return {self.broker.directory.name(tp) for tp in self._positions}
 
     async def close(self) -> None:
-        """Stop reading; a waiting fetch returns [] within ``poll_interval``."""
+        """Stop reading; a waiting fetch returns [] at once."""
         self._closed = True
+        self._wake.set()
+        self.broker.signal.unwatch(self._wake)
