@@ -21,6 +21,7 @@ next task leases more, so each dispatch commits at once instead of with the inbo
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -152,6 +153,9 @@ async def _pass(hub: Hub, gen: Generation, record: Checkpoint) -> int:
         elif outcome == "dispatched":
             dispatched += 1
             served[q.tenant_id] += 1
+        # An embedded database answers inline, so a pass would hold the event loop for its
+        # whole window: let the API and the other handlers in between two dispatches.
+        await asyncio.sleep(0)
     gen.scheduler.dispatched += dispatched
     if len(rows) == PASS_ROWS or any(n == PER_TENANT for n in served.values()):
         gen.rerun = True  # the window held back work that may now go: look again
