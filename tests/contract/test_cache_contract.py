@@ -421,6 +421,37 @@ async def test_attempts_count_up_and_expire_after_their_ttl(
     assert await timers.attempts("attempts:transcode:2", day) == 1
 
 
+# -- hot progress ----------------------------------------------------------------------------
+
+
+async def test_progress_only_rises_and_is_gone_after_its_ttl(
+    cache: Cache, clock: ManualClock
+) -> None:
+    minute = 60_000
+    progress = cache.progress
+    assert await progress.raise_to("task:progress:1", 0.25, minute)
+    assert await progress.raise_to("task:progress:1", 0.5, minute)
+    assert not await progress.raise_to("task:progress:1", 0.4, minute)  # a late, lower report
+    assert not await progress.raise_to("task:progress:1", 0.5, minute)  # a repeat
+    assert await progress.raise_to("task:progress:2", 0.1, 2 * minute)
+    assert await progress.read(["task:progress:1", "task:progress:2", "task:progress:3"]) == {
+        "task:progress:1": 0.5,
+        "task:progress:2": 0.1,
+    }
+    await clock.advance(minute / 1000)  # 1 expires now; 2 lives a minute more
+    assert await progress.read(["task:progress:1", "task:progress:2"]) == {"task:progress:2": 0.1}
+    assert await progress.raise_to("task:progress:1", 0.1, minute)  # expired: a new life
+    assert await progress.read(["task:progress:1"]) == {"task:progress:1": 0.1}
+    assert await progress.read([]) == {}
+    with pytest.raises(ValueError, match="ttl"):
+        await progress.raise_to("task:progress:1", 0.9, 0)
+
+
+async def test_progress_is_seen_by_another_view_of_the_same_state(views: CacheViews) -> None:
+    assert await views.main.progress.raise_to("task:progress:9", 0.7, 60_000)
+    assert await views.peer().progress.read(["task:progress:9"]) == {"task:progress:9": 0.7}
+
+
 # -- rate limits -----------------------------------------------------------------------------
 
 

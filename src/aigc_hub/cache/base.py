@@ -13,6 +13,7 @@ Timer due times are always the caller's (``schedule``/``due``/``claim`` take the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol, Self
 
@@ -181,16 +182,37 @@ def check_ttl(ttl_ms: int) -> None:
         raise ValueError(f"ttl_ms must be > 0, got {ttl_ms}")
 
 
+# -- hot progress ----------------------------------------------------------------------------
+
+
+class Progress(Protocol):
+    """Hot progress values: a number per key that only rises, kept for ``ttl_ms``.
+
+    Seed 004 §3.6.4: a non-terminal change (a provider's 37 %) updates hot progress in the
+    cache; only key stages are written to the database. A lost value costs nothing but
+    freshness: readers fall back to the database's last key-stage figure.
+    """
+
+    async def raise_to(self, key: str, value: float, ttl_ms: int) -> bool:
+        """Store ``value`` unless a live value at least as high is there; True when stored."""
+        ...
+
+    async def read(self, keys: Sequence[str]) -> dict[str, float]:
+        """The live values of ``keys`` (missing and expired keys are left out)."""
+        ...
+
+
 # -- the aggregate ---------------------------------------------------------------------------
 
 
 @dataclass
 class Cache:
-    """The cache seam as the composition root hands it out: one engine's three parts."""
+    """The cache seam as the composition root hands it out: one engine's four parts."""
 
     leases: Leases
     timers: Timers
     limiter: RateLimiter
+    progress: Progress
     features: CacheFeatures
 
     async def close(self) -> None:

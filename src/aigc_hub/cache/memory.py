@@ -9,6 +9,7 @@ in the same order as the Redis script, so both engines give the same numbers.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aigc_hub.cache import base
@@ -190,8 +191,36 @@ class MemoryRateLimiter:
         self._buckets.pop(key, None)
 
 
+class MemoryProgress:
+    """Values with their expiry time; an expired one counts as absent."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self._values: dict[str, tuple[float, int]] = {}  # key -> value, expires at (ms)
+        self._calls = 0
+
+    async def raise_to(self, key: str, value: float, ttl_ms: int) -> bool:
+        """Store ``value`` unless a live value at least as high is there."""
+        base.check_ttl(ttl_ms)
+        now = self.clock.now_ms()
+        self._calls += 1
+        if self._calls % SWEEP_EVERY == 0:
+            self._values = {k: v for k, v in self._values.items() if v[1] > now}
+        current = self._values.get(key)
+        if current is not None and current[1] > now and current[0] >= value:
+            return False
+        self._values[key] = (float(value), now + ttl_ms)
+        return True
+
+    async def read(self, keys: Sequence[str]) -> dict[str, float]:
+        """The live values of ``keys``."""
+        now = self.clock.now_ms()
+        found = ((k, self._values.get(k)) for k in keys)
+        return {k: v[0] for k, v in found if v is not None and v[1] > now}
+
+
 class MemoryCache(base.Cache):
-    """All three parts in process memory, on one clock; nothing to close."""
+    """All four parts in process memory, on one clock; nothing to close."""
 
     def __init__(self, clock: Clock | None = None) -> None:
         self.clock = clock or SystemClock()
@@ -199,5 +228,6 @@ class MemoryCache(base.Cache):
             leases=MemoryLeases(self.clock),
             timers=MemoryTimers(self.clock),
             limiter=MemoryRateLimiter(self.clock),
+            progress=MemoryProgress(self.clock),
             features=base.CacheFeatures(cross_process=False, time_source="clock"),
         )

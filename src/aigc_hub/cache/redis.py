@@ -9,6 +9,7 @@ Keys (``prefix`` defaults to ``aigc:``; tests pass a unique one)::
     {prefix}timers:{<queue>}:claims    hash member -> claiming owner
     {prefix}attempts:<key>             hash n, exp                PX ttl
     {prefix}bucket:<key>               hash tokens, stamp         PX until surely full
+    {prefix}progress:<key>             hash v, exp                PX ttl
 
 The ``{...}`` hash tags keep each lease's and each queue's keys in one cluster slot.
 
@@ -22,6 +23,7 @@ ttls well above the test's real duration (seconds), or PX frees keys early.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from aigc_hub.cache import base
@@ -175,6 +177,28 @@ return {allowed, string.format('%.17g', tokens), string.format('%.17g', retry)}
 """)
 
 
+# KEYS: progress  ARGV: now, value, ttl  ->  1 when stored, 0 when a live value is as high
+_RAISE = _timed("""
+local cur = redis.call('HMGET', KEYS[1], 'v', 'exp')
+if cur[1] and tonumber(cur[2]) > now and tonumber(cur[1]) >= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'v', ARGV[2], 'exp', string.format('%d', now + tonumber(ARGV[3])))
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+""")
+
+# KEYS: progress…  ARGV: now  ->  {value or false, …} in KEYS order
+_READ = _timed("""
+local out = {}
+for i, key in ipairs(KEYS) do
+  local cur = redis.call('HMGET', key, 'v', 'exp')
+  if cur[1] and tonumber(cur[2]) > now then out[i] = cur[1] else out[i] = false end
+end
+return out
+""")
+
+
 class _Engine:
     """What every part shares: the client, the key prefix and the source of "now"."""
 
@@ -307,6 +331,31 @@ class RedisRateLimiter:
         await self._e.client.delete(self._key(key))
 
 
+class RedisProgress:
+    """Hot progress values, one hash each; raising is one Lua script, reading one more."""
+
+    def __init__(self, engine: _Engine) -> None:
+        self._e = engine
+        self._raise = engine.client.register_script(_RAISE)
+        self._read = engine.client.register_script(_READ)
+
+    def _key(self, key: str) -> str:
+        return f"{self._e.prefix}progress:{key}"
+
+    async def raise_to(self, key: str, value: float, ttl_ms: int) -> bool:
+        """Store ``value`` unless a live value at least as high is there."""
+        base.check_ttl(ttl_ms)
+        args: list[str | int] = [self._e.now_arg(), repr(float(value)), ttl_ms]
+        return bool(await self._raise(keys=[self._key(key)], args=args))
+
+    async def read(self, keys: Sequence[str]) -> dict[str, float]:
+        """The live values of ``keys``."""
+        if not keys:
+            return {}
+        got = await self._read(keys=[self._key(k) for k in keys], args=[self._e.now_arg()])
+        return {k: float(v) for k, v in zip(keys, got, strict=True) if v}
+
+
 class RedisCache(base.Cache):
     """Leases, timers and buckets in Redis under ``prefix``; see the module doc for time."""
 
@@ -328,6 +377,7 @@ class RedisCache(base.Cache):
             leases=RedisLeases(engine),
             timers=RedisTimers(engine),
             limiter=RedisRateLimiter(engine),
+            progress=RedisProgress(engine),
             features=base.CacheFeatures(
                 cross_process=True, time_source="server" if clock is None else "clock"
             ),

@@ -13,12 +13,13 @@ and no history of their own).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from aigc_hub.cache.base import Cache
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.pipelines.generation import ledger
 from aigc_hub.pipelines.generation.models import (
@@ -33,6 +34,21 @@ from aigc_hub.store import transitions
 from aigc_hub.store.transitions import History, Stateful
 
 SUBJECT = "generation_task"
+
+#: How long a hot progress value lives in the cache (it only matters while the task runs).
+PROGRESS_TTL_MS = 24 * 3600 * 1000
+
+
+def progress_key(task_id: str) -> str:
+    """The cache key of a task's hot progress (seed 004 §3.7: ``task:progress:{task_id}``)."""
+    return f"task:progress:{task_id}"
+
+
+async def hot_progress(cache: Cache, task_ids: Sequence[str]) -> dict[str, float]:
+    """The tasks' hot progress values, by task id (those the cache holds)."""
+    found = await cache.progress.read([progress_key(t) for t in task_ids])
+    return {t: found[progress_key(t)] for t in task_ids if progress_key(t) in found}
+
 
 #: Tasks: versioned, every move recorded in ``task_events`` (the console's timeline).
 TASK_ROWS = Stateful(generation_tasks, TASKS, history=History(task_events))

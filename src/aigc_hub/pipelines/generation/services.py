@@ -267,16 +267,22 @@ async def _by_idempotency_key(hub: Hub, tenant_id: str, key: str) -> dict[str, A
     return None if found is None else await get_task(hub, tenant_id=tenant_id, task_id=found)
 
 
-def snapshot(task: Mapping[str, Any], attempts: int) -> dict[str, Any]:
-    """The public view of a task: no provider raw error, no temporary URL."""
+def snapshot(task: Mapping[str, Any], attempts: int, hot: float | None = None) -> dict[str, Any]:
+    """The public view of a task: no provider raw error, no temporary URL. ``hot`` is the
+    cache's progress, newer than the row's while the task runs (the row keeps key stages)."""
     status = TaskStatus(task["status"])
     params = task["normalized_params"]
+    progress = task["progress"]
+    if status is TaskStatus.SUCCEEDED:
+        progress = 1.0
+    elif hot is not None and not status.terminal and hot > (progress or 0):
+        progress = hot
     return {
         "task_id": task["id"],
         "status": status.value,
         "status_version": int(task["status_version"]),
         "stage": STAGE[status],
-        "progress": 1.0 if status is TaskStatus.SUCCEEDED else task["progress"],
+        "progress": progress,
         "mode": task["mode"],
         "model": task["requested_model"],
         "prompt": params["prompt"],
@@ -304,7 +310,8 @@ async def get_task(hub: Hub, *, tenant_id: str, task_id: str) -> dict[str, Any]:
         attempts = (
             await conn.execute(sa.select(sa.func.count()).where(task_attempts.c.task_id == task_id))
         ).scalar_one()
-    return snapshot(task, int(attempts))
+    hot = await records.hot_progress(hub.cache, [task_id])
+    return snapshot(task, int(attempts), hot.get(task_id))
 
 
 async def list_tasks(
@@ -335,7 +342,9 @@ async def list_tasks(
                 ).limit(limit + 1)
             )
         ).all()
-    page = [snapshot(dict(r._mapping), int(r.attempt_count)) for r in rows[:limit]]
+    running = [r.id for r in rows[:limit] if not TaskStatus(r.status).terminal]
+    hot = await records.hot_progress(hub.cache, running)
+    page = [snapshot(dict(r._mapping), int(r.attempt_count), hot.get(r.id)) for r in rows[:limit]]
     return page, (page[-1]["task_id"] if len(rows) > limit else None)
 
 

@@ -16,7 +16,7 @@ from aigc_hub.core import ids
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.pipelines.generation import events, records, rules
 from aigc_hub.pipelines.generation.adapters.base import NormalizedStatus
-from aigc_hub.pipelines.generation.models import generation_tasks, provider_jobs, task_attempts
+from aigc_hub.pipelines.generation.models import provider_jobs, task_attempts
 from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import AttemptStatus, TaskStatus
 from aigc_hub.reliability.outbox import Routed
@@ -68,13 +68,17 @@ async def apply(
         if status is S.CANCEL_REQUESTED:
             return out  # still waiting for the provider to stop
         if status is target or (status is S.RUNNING and target is S.SUBMITTED):
+            # A progress step is hot, not a fact (seed 004 §3.6.4): it raises the value in the
+            # cache and tells watchers, and writes no task row. Should this handling's commit
+            # fail, the retry finds the value raised and sends no second notification; the
+            # value itself is there for readers either way.
             progress = obs.progress
-            if progress is not None and (task["progress"] or 0) < progress:
-                await conn.execute(
-                    sa.update(generation_tasks)
-                    .where(generation_tasks.c.id == task["id"])
-                    .values(progress=progress, updated_at=now_ms)
-                )
+            key = records.progress_key(task["id"])
+            if (
+                progress is not None
+                and (task["progress"] or 0) < progress
+                and await gen.hub.cache.progress.raise_to(key, progress, records.PROGRESS_TTL_MS)
+            ):
                 out.append(
                     records.status_notification(
                         task,
