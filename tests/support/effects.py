@@ -59,6 +59,8 @@ class Behaviour:
     calls: list[tuple[str, int]] = field(default_factory=list)
     on_call: Callable[[str, int], None] | None = None
     gate: asyncio.Event | None = None
+    #: Calls of a key that hang (never return) before the handler behaves: key -> count.
+    hang_times: dict[str, int] = field(default_factory=dict)
 
     def fixed(self) -> None:
         """Stop failing."""
@@ -68,7 +70,11 @@ class Behaviour:
 
 
 def make_pipeline(
-    behaviour: Behaviour | None = None, *, partitions: int = 6, concurrency: int = 4
+    behaviour: Behaviour | None = None,
+    *,
+    partitions: int = 6,
+    concurrency: int = 4,
+    timeout: float | None = None,
 ) -> Pipeline:
     """A fresh pipeline whose handler follows ``behaviour``."""
     b = behaviour or Behaviour()
@@ -76,7 +82,7 @@ def make_pipeline(
     p.topic(TopicSpec(TOPIC, partitions, 7 * 86_400_000, pipeline="effects"))
     p.event(EVENT, 1, topic=TOPIC)(EffectRequested)
 
-    @p.handler(GROUP, [TOPIC], concurrency=concurrency)
+    @p.handler(GROUP, [TOPIC], concurrency=concurrency, timeout=timeout)
     async def write_effect(env: Envelope, ctx: HandlerContext) -> list[Envelope]:
         payload = ctx.payload_as(EffectRequested)
         b.calls.append((env.key, payload.n))
@@ -84,6 +90,10 @@ def make_pipeline(
             b.on_call(env.key, payload.n)
         if b.gate is not None and env.key in b.always_fail | set(b.fail_times):
             await b.gate.wait()
+        hangs = b.hang_times.get(env.key, 0)
+        if hangs > 0:
+            b.hang_times[env.key] = hangs - 1
+            await asyncio.Event().wait()  # never set: only the handler timeout ends this call
         if env.key in b.permanent:
             raise PermanentError(f"content rejected for {env.key}")
         if env.key in b.always_fail:

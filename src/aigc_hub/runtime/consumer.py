@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import pydantic
+from prometheus_client import Counter
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from aigc_hub.core.clock import Clock
@@ -118,6 +119,7 @@ class ConsumerGroupRuntime:
         self._crash: BaseException | None = None
         self._consumer: Consumer | None = None
         self.finished = 0
+        self._consumed: dict[tuple[str, HandlingOutcome], Counter] = {}
         self.failures = FailureRouter(
             deps.engine,
             deps.dlq,
@@ -251,7 +253,11 @@ class ConsumerGroupRuntime:
                 del self._lanes[key]
 
     def _finish(self, item: _Item, outcome: HandlingOutcome) -> None:
-        metrics.CONSUMED.labels(self.group, item.record.topic, outcome).inc()
+        label = (item.record.topic, outcome)
+        consumed = self._consumed.get(label)
+        if consumed is None:  # labels() takes a lock: look each child up once
+            consumed = self._consumed[label] = metrics.CONSUMED.labels(self.group, *label)
+        consumed.inc()
         self.finished += 1
         if item.redelivery is not None:
             head = item.redelivery

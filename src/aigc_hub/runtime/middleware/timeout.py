@@ -26,7 +26,9 @@ class Timeout:
         """Run the rest of the chain under the time limit."""
         if self.seconds is None:
             return await call_next(envelope, ctx)
+        # asyncio.timeout runs the chain in this task; wait_for would start a task per event.
         try:
-            return await asyncio.wait_for(call_next(envelope, ctx), self.seconds)
+            async with asyncio.timeout(self.seconds):
+                return await call_next(envelope, ctx)
         except TimeoutError:
             raise HandlerTimeout(f"handler took longer than {self.seconds:g}s") from None
