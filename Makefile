@@ -36,11 +36,11 @@ check: $(STAMP)
 	$(VENV)/bin/ruff format --check src tests bench examples scripts
 	$(VENV)/bin/mypy
 
-## Print the benchmark figures (see docs/benchmarks.md).
+## Print the benchmark figures (see docs/benchmarks.md): ours against Huey and Dramatiq in
+## alternating rounds (Dramatiq needs Redis on 127.0.0.1:6379), then the generation benches.
 bench: $(STAMP)
 	$(PIP) install -q -e '.[dev,bench]'
-	$(PY) bench/roundtrip.py
-	$(PY) bench/baseline_huey.py
+	$(PY) bench/compare.py
 	$(PY) bench/submit.py
 	$(PY) bench/generation.py
 

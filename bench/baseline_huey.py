@@ -12,63 +12,19 @@ The consumer runs in-process (thread workers); every phase is bounded; only loca
 from __future__ import annotations
 
 import argparse
-import resource
 import signal
-import sqlite3
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import huey
+import sqlite_app
 from huey import SqliteHuey
-
-BUSY_TIMEOUT_S = 30.0  # as aigc_hub.store.engine.SQLITE_BUSY_TIMEOUT_MS
-SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS bench_tasks (id TEXT PRIMARY KEY, body TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS bench_effects"
-    " (task_id TEXT PRIMARY KEY, applied_at INTEGER NOT NULL)",
-)
-
-
-class FactsDb:
-    """The application's own SQLite file (facts and effects): one connection per thread."""
-
-    def __init__(self, path: Path, synchronous: str) -> None:
-        self.path = path
-        self.synchronous = synchronous
-        self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
-
-    def conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            # Autocommit mode: transactions are begun explicitly, as our engine does.
-            conn = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-            )
-            # Same settings as aigc_hub.store.engine for SQLite.
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={self.synchronous}")
-            self._local.conn = conn
-            with self._lock:
-                self._all.append(conn)
-        return conn
-
-    def count_effects(self) -> int:
-        return int(self.conn().execute("SELECT count(*) FROM bench_effects").fetchone()[0])
-
-    def close(self) -> None:
-        with self._lock:
-            for conn in self._all:
-                conn.close()
-            self._all.clear()
+from sqlite_app import BUSY_TIMEOUT_S, FactsDb
 
 
 def make_huey(path: Path, synchronous: str) -> SqliteHuey:
@@ -84,10 +40,7 @@ def register_task(h: SqliteHuey, facts: FactsDb) -> Callable[..., Any]:
     @h.task()
     def apply_task(task_id: str, body: str, sent_ns: int) -> None:
         """The handler: one idempotent insert."""
-        facts.conn().execute(
-            "INSERT OR IGNORE INTO bench_effects (task_id, applied_at) VALUES (?, ?)",
-            (task_id, time.time_ns()),
-        )
+        sqlite_app.apply_effect(facts, task_id)
 
     return apply_task
 
@@ -100,16 +53,8 @@ def enqueue_one(facts: FactsDb, apply_task: Callable[..., Any], i: int, run: str
     transaction, so a crash in between loses the task (or, enqueued first, runs it on a fact
     that never committed).
     """
-    task_id = f"{run}-{i:08d}"
-    body = ("task " + task_id + " ") * 8
-    conn = facts.conn()
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.execute("INSERT INTO bench_tasks (id, body) VALUES (?, ?)", (task_id, body))
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
+    task_id, body = sqlite_app.task_fields(i, run)
+    sqlite_app.write_fact(facts, task_id, body)
     apply_task(task_id, body[:220], time.time_ns())
 
 
@@ -140,54 +85,31 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
     """Both phases on fresh files in ``workdir`` (removed afterwards by main)."""
     n, sync = args.tasks, args.synchronous.upper()
     facts = FactsDb(workdir / "facts.db", sync)
-    for ddl in SCHEMA:
-        facts.conn().execute(ddl)
+    facts.create_schema()
     h = make_huey(workdir / "huey.db", sync)
     apply_task = register_task(h, facts)
     print(
         f"profile: huey {huey.__version__} SqliteHuey (WAL, synchronous={sync}) + app SQLite "
         f"file; {n} tasks, {args.workers} thread workers, {args.callers} callers"
     )
-    status = 0
     try:
         # 1. enqueue throughput: service calls from a few concurrent callers, consumer stopped
-        t0 = time.perf_counter()
-        if args.callers == 1:
-            for i in range(n):
-                enqueue_one(facts, apply_task, i, "drain")
-        else:
-            with ThreadPoolExecutor(args.callers, thread_name_prefix="caller") as pool:
-                for f in [
-                    pool.submit(enqueue_one, facts, apply_task, i, "drain") for i in range(n)
-                ]:
-                    f.result()
-        enqueue_s = time.perf_counter() - t0
-        print(
-            f"enqueue:    {n / enqueue_s:9.0f} service calls/s  ({n} in {enqueue_s:.2f} s, "
-            f"{args.callers} callers, {h.pending_count()} queued)"
+        enqueue_s = sqlite_app.call_concurrently(
+            n, args.callers, lambda i: enqueue_one(facts, apply_task, i, "drain")
         )
+        sqlite_app.print_enqueue(n, enqueue_s, args.callers, h.pending_count())
 
         # 2. drain: consumer from a standing start until every effect is committed
         t1 = time.perf_counter()
-        deadline = t1 + args.max_seconds
         with running_consumer(h, args.workers, shutdown_timeout=10.0):
-            while (done := facts.count_effects()) < n:
-                if time.perf_counter() > deadline:
-                    print(f"drain did not finish in time ({done}/{n})", file=sys.stderr)
-                    status = 1
-                    break
-                time.sleep(0.05)
+            done = sqlite_app.wait_for_effects(facts, n, t1, args.max_seconds)
             drain_s = time.perf_counter() - t1
-        print(
-            f"drain:      {n / drain_s:9.0f} tasks/s end to end  ({done} in {drain_s:.2f} s, "
-            f"{args.workers} thread workers)"
-        )
+        sqlite_app.print_drain(n, done, drain_s, args.workers)
     finally:
         h.storage.close()
         facts.close()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"peak RSS:   {peak:9.0f} MiB")
-    return status
+    sqlite_app.print_peak_rss()
+    return 0 if done >= n else 1
 
 
 def parse() -> argparse.Namespace:

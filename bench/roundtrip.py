@@ -7,6 +7,7 @@ rate, and peak RSS. Every phase is bounded in count and time; only loopback/loca
     python bench/roundtrip.py --database-url postgresql://postgres@127.0.0.1/test
     python bench/roundtrip.py --profile scale      # Kafka (Tansu, or --kafka) + PostgreSQL,
                                                    # then the hand-written confluent-kafka baseline
+                                                   # (batched; --baseline per-message|none)
 """
 
 from __future__ import annotations
@@ -267,15 +268,18 @@ def run_scale(args: argparse.Namespace) -> None:
             endpoint = stack.enter_context(tansu.kafka_for_tests())
         options = endpoint.broker_options(max_buffered=args.kafka_buffer)
         ours = asyncio.run(main(args, lambda _: KafkaBroker(endpoint.bootstrap, **options)))
+        if args.baseline == "none":
+            return
         base = handwritten_kafka.run(
             endpoint.bootstrap,
             args.database_url,
             n=args.tasks,
             consumer_config=dict(endpoint.consumer_settings),
             max_seconds=args.max_seconds,
+            batch=handwritten_kafka.DEFAULT_BATCH if args.baseline == "batched" else None,
         )
         print(
-            f"hand-written confluent-kafka + psycopg (one commit per message): "
+            f"hand-written confluent-kafka + psycopg ({base.describe()}): "
             f"drain {base.drained_per_s:9.0f} tasks/s ({base.n} tasks)"
         )
         print(
@@ -318,6 +322,12 @@ def parse() -> argparse.Namespace:
         default=None,
         help="scale: bootstrap of an existing cluster "
         "(default: start Tansu from the dev extra on loopback)",
+    )
+    ap.add_argument(
+        "--baseline",
+        choices=["batched", "per-message", "none"],
+        default="batched",
+        help="scale: the hand-written consumer run after ours (bench/handwritten_kafka.py)",
     )
     return ap.parse_args()
 
