@@ -21,12 +21,17 @@ from tests.support.fake_generation import FakeGeneration, fake_generation
 TENANTS = ("t-a", "t-b", "t-c")
 
 
-async def queue_copies(g: FakeGeneration, template: dict[str, Any], per_tenant: int) -> None:
+async def queue_copies(
+    g: FakeGeneration,
+    template: dict[str, Any],
+    per_tenant: int,
+    tenants: tuple[str, ...] = TENANTS,
+) -> None:
     """Put ``per_tenant`` QUEUED copies of ``template`` in the table for each tenant, straight
     into the database (no TaskQueued events: the test runs the wake-up itself)."""
     now = g.clock.now_ms()
     rows = []
-    for tenant in TENANTS:
+    for tenant in tenants:
         for n in range(per_tenant):
             task_id = ids.new_id_str()
             rows.append(
@@ -103,4 +108,21 @@ async def test_a_window_the_pass_used_up_runs_another_pass(db_url: str, tmp_path
 
         # 150 queued, a window of 96: the first pass uses it up, a second takes the other 54.
         assert dispatched == 150
+        assert stats.passes - before == 2
+
+
+async def test_a_full_window_of_full_tenants_ends_the_wake_up(db_url: str, tmp_path: Path) -> None:
+    tenants = tuple(f"t-{n}" for n in range(9))  # 9 x 32 rows: more than one window holds
+    levels = {f"slots_{level}": 500 for level in ("platform", "provider", "model")}
+    async with fake_generation(db_url, tmp_path, slots_tenant=1, **levels) as g:
+        template_id = await g.create("template")
+        await g.settle()
+        await queue_copies(g, await g.task(template_id), per_tenant=40, tenants=tenants)
+        stats = g.gen.scheduler
+        before = stats.passes
+
+        dispatched = await scheduler.schedule(g.gen)
+
+        # One task per tenant; the second pass finds every tenant full and stops there.
+        assert dispatched == len(tenants)
         assert stats.passes - before == 2

@@ -157,8 +157,9 @@ async def _pass(hub: Hub, gen: Generation, record: Checkpoint) -> int:
         # whole window: let the API and the other handlers in between two dispatches.
         await asyncio.sleep(0)
     gen.scheduler.dispatched += dispatched
-    if len(rows) == PASS_ROWS or any(n == PER_TENANT for n in served.values()):
+    if dispatched and (len(rows) == PASS_ROWS or any(n == PER_TENANT for n in served.values())):
         gen.rerun = True  # the window held back work that may now go: look again
+    # (A pass that dispatched nothing does not rerun: every tenant it saw was full.)
     return dispatched
 
 
