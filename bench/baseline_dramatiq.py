@@ -131,22 +131,15 @@ def run(args: argparse.Namespace, broker: RedisBroker, workdir: Path) -> int:
 
 
 def parse() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ap = sqlite_app.baseline_arguments(
+        __doc__ or "",
+        # Dramatiq's own default (`dramatiq --threads`): its consumer prefetches twice the
+        # worker threads and backs off while that many are in flight, so fewer drain slower.
+        workers=8,
+        workers_help="Dramatiq worker threads",
+        synchronous_help="SQLite synchronous level for the application file (our engine: NORMAL)",
     )
-    ap.add_argument("--tasks", type=int, default=20_000, help="tasks for the drain phase")
-    # Dramatiq's own default (`dramatiq --threads`): its consumer prefetches twice the worker
-    # threads and backs off while that many are in flight, so fewer threads drain slower.
-    ap.add_argument("--workers", type=int, default=8, help="Dramatiq worker threads")
-    ap.add_argument("--callers", type=int, default=8, help="concurrent service callers (threads)")
-    ap.add_argument("--max-seconds", type=float, default=300.0, help="give up draining after")
     ap.add_argument("--redis-url", default=DEFAULT_REDIS_URL, help=f"default: {DEFAULT_REDIS_URL}")
-    ap.add_argument(
-        "--synchronous",
-        choices=["normal", "full"],
-        default="normal",
-        help="SQLite synchronous level for the application file (our engine uses NORMAL)",
-    )
     return ap.parse_args()
 
 

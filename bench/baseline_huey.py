@@ -113,18 +113,11 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
 
 
 def parse() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("--tasks", type=int, default=20_000, help="tasks for the drain phase")
-    ap.add_argument("--workers", type=int, default=4, help="Huey thread workers")
-    ap.add_argument("--callers", type=int, default=8, help="concurrent service callers (threads)")
-    ap.add_argument("--max-seconds", type=float, default=300.0, help="give up draining after")
-    ap.add_argument(
-        "--synchronous",
-        choices=["normal", "full"],
-        default="normal",
-        help="SQLite synchronous level for both files (our engine uses NORMAL)",
+    ap = sqlite_app.baseline_arguments(
+        __doc__ or "",
+        workers=4,
+        workers_help="Huey thread workers",
+        synchronous_help="SQLite synchronous level for both files (our engine uses NORMAL)",
     )
     return ap.parse_args()
 

@@ -8,6 +8,7 @@ baseline prints the same lines as roundtrip.py and bench/compare.py reads them w
 
 from __future__ import annotations
 
+import argparse
 import resource
 import sqlite3
 import sys
@@ -139,3 +140,20 @@ def print_peak_rss() -> None:
     """The process's peak resident set, in roundtrip.py's format."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS:   {peak:9.0f} MiB")
+
+
+def baseline_arguments(
+    description: str, *, workers: int, workers_help: str, synchronous_help: str
+) -> argparse.ArgumentParser:
+    """The options every SQLite-app baseline takes; a script adds its own after."""
+    ap = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--tasks", type=int, default=20_000, help="tasks for the drain phase")
+    ap.add_argument("--workers", type=int, default=workers, help=workers_help)
+    ap.add_argument("--callers", type=int, default=8, help="concurrent service callers (threads)")
+    ap.add_argument("--max-seconds", type=float, default=300.0, help="give up draining after")
+    ap.add_argument(
+        "--synchronous", choices=["normal", "full"], default="normal", help=synchronous_help
+    )
+    return ap

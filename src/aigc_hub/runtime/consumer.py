@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import pydantic
-from prometheus_client import Counter
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from aigc_hub.core.clock import Clock
@@ -119,7 +118,7 @@ class ConsumerGroupRuntime:
         self._crash: BaseException | None = None
         self._consumer: Consumer | None = None
         self.finished = 0
-        self._consumed: dict[tuple[str, HandlingOutcome], Counter] = {}
+        self._consumed = metrics.Children(metrics.CONSUMED)
         self.failures = FailureRouter(
             deps.engine,
             deps.dlq,
@@ -253,11 +252,7 @@ class ConsumerGroupRuntime:
                 del self._lanes[key]
 
     def _finish(self, item: _Item, outcome: HandlingOutcome) -> None:
-        label = (item.record.topic, outcome)
-        consumed = self._consumed.get(label)
-        if consumed is None:  # labels() takes a lock: look each child up once
-            consumed = self._consumed[label] = metrics.CONSUMED.labels(self.group, *label)
-        consumed.inc()
+        self._consumed(self.group, item.record.topic, outcome).inc()
         self.finished += 1
         if item.redelivery is not None:
             head = item.redelivery

@@ -189,9 +189,7 @@ async def move_from_any(
     if kind.history is not None or kind.version_column is not None:
         raise ValueError(f"{kind.table.name} keeps a version or history: use move()")
     table = kind.table
-    extra = dict(values or {})
-    if extra.keys() & {kind.id_column, kind.status_column}:
-        raise ValueError(f"values may not set {kind.id_column} or {kind.status_column}")
+    extra = _extra_values(kind, values)
     sources = sorted(state.value for state in kind.machine.sources_of(to))
     status = table.c[kind.status_column]
     moved = (
@@ -211,6 +209,14 @@ async def move_from_any(
     if found is not None and found != to.value:
         kind.machine.check(type(to)(found), to)  # raises: that state may not move to ``to``
     return False
+
+
+def _extra_values(kind: Stateful[S], values: Mapping[str, object] | None) -> dict[str, object]:
+    """The other columns a move sets; never the row's id or status (the move owns those)."""
+    extra = dict(values or {})
+    if extra.keys() & {kind.id_column, kind.status_column}:
+        raise ValueError(f"values may not set {kind.id_column} or {kind.status_column}")
+    return extra
 
 
 def _history_row(
@@ -234,9 +240,7 @@ async def _guard_status_only(
     """The guarded update of a table without a version: matches only while ``status`` is
     still ``current``."""
     table = kind.table
-    extra = dict(values or {})
-    if extra.keys() & {kind.id_column, kind.status_column}:
-        raise ValueError(f"values may not set {kind.id_column} or {kind.status_column}")
+    extra = _extra_values(kind, values)
     matched = (
         await conn.execute(
             sa.update(table)

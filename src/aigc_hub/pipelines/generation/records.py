@@ -46,8 +46,9 @@ def progress_key(task_id: str) -> str:
 
 async def hot_progress(cache: Cache, task_ids: Sequence[str]) -> dict[str, float]:
     """The tasks' hot progress values, by task id (those the cache holds)."""
-    found = await cache.progress.read([progress_key(t) for t in task_ids])
-    return {t: found[progress_key(t)] for t in task_ids if progress_key(t) in found}
+    keys = {progress_key(t): t for t in task_ids}
+    found = await cache.progress.read(list(keys))
+    return {keys[key]: value for key, value in found.items()}
 
 
 #: Tasks: versioned, every move recorded in ``task_events`` (the console's timeline).

@@ -39,7 +39,6 @@ class SchedulerStats:
 
     passes: int = 0
     rows_read: int = 0
-    dispatched: int = 0
 
 
 @dataclass

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import time
 
-from prometheus_client import Histogram
-
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import Retry
 from aigc_hub.observability import metrics
@@ -17,8 +15,7 @@ class Metrics:
     """Observe handler duration and count errors per class."""
 
     def __init__(self) -> None:
-        # The labelled child per consumer group, looked up once (labels() takes a lock).
-        self._seconds: dict[str, Histogram] = {}
+        self._seconds = metrics.Children(metrics.HANDLER_SECONDS)
 
     async def __call__(
         self, call_next: Next, envelope: Envelope, ctx: HandlerContext
@@ -33,7 +30,4 @@ class Metrics:
             metrics.HANDLER_ERRORS.labels(ctx.consumer, type(exc).__name__).inc()
             raise
         finally:
-            seconds = self._seconds.get(ctx.consumer)
-            if seconds is None:
-                seconds = self._seconds[ctx.consumer] = metrics.HANDLER_SECONDS.labels(ctx.consumer)
-            seconds.observe(time.perf_counter() - started)
+            self._seconds(ctx.consumer).observe(time.perf_counter() - started)

@@ -146,7 +146,6 @@ async def _pass(hub: Hub, gen: Generation, record: Checkpoint) -> int:
             continue
         outcome = await _dispatch(hub, gen, tasks[q.id], record)
         if outcome == "platform":
-            gen.scheduler.dispatched += dispatched
             return dispatched  # nothing more can go until a slot frees (that wakes a pass)
         if outcome == "tenant":
             full_tenants.add(q.tenant_id)
@@ -156,7 +155,6 @@ async def _pass(hub: Hub, gen: Generation, record: Checkpoint) -> int:
         # An embedded database answers inline, so a pass would hold the event loop for its
         # whole window: let the API and the other handlers in between two dispatches.
         await asyncio.sleep(0)
-    gen.scheduler.dispatched += dispatched
     if dispatched and (len(rows) == PASS_ROWS or any(n == PER_TENANT for n in served.values())):
         gen.rerun = True  # the window held back work that may now go: look again
     # (A pass that dispatched nothing does not rerun: every tenant it saw was full.)
