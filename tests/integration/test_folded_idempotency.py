@@ -5,6 +5,7 @@ and a failure after the answer was written inside the transaction."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -71,6 +72,7 @@ class Api:
             return list((await conn.execute(sa.select(tables.idempotency_keys))).all())
 
 
+@contextlib.asynccontextmanager
 async def _api(g: FakeGeneration, credits: int) -> AsyncIterator[Api]:
     tenant, key = await tenancy.create_tenant(g.hub.engine, "acme")
     if credits:
@@ -85,9 +87,8 @@ async def _api(g: FakeGeneration, credits: int) -> AsyncIterator[Api]:
 
 @pytest.fixture
 async def api(db_url: str, tmp_path: Path) -> AsyncIterator[Api]:
-    async with fake_generation(db_url, tmp_path) as g:
-        async for made in _api(g, credits=1_000):
-            yield made
+    async with fake_generation(db_url, tmp_path) as g, _api(g, credits=1_000) as made:
+        yield made
 
 
 @dataclass
@@ -177,22 +178,19 @@ async def test_another_body_with_the_same_key_is_422_and_creates_nothing(api: Ap
 
 
 async def test_a_402_answer_is_stored_and_replayed(db_url: str, tmp_path: Path) -> None:
-    async with fake_generation(db_url, tmp_path) as g:
-        async for poor in _api(g, credits=0):
-            first = await poor.create("k-1")
-            assert first.status_code == 402, first.text
-            assert first.json()["type"].endswith("/insufficient-credits")
-            # Credits arriving later do not change the answer of that key (the draft).
-            await services.grant_credits(
-                g.hub, tenant_id=poor.tenant_id, amount=1_000, grant_id="late"
-            )
-            again = await poor.create("k-1")
-            assert again.status_code == 402 and again.content == first.content
-            assert again.headers["idempotent-replayed"] == "true"
-            assert await poor.tasks() == 0 and await poor.reservations() == 0
-            [row] = await poor.key_rows()
-            assert row.status == "done" and row.response_status == 402
-            assert (await poor.create("k-2")).status_code == 201
+    async with fake_generation(db_url, tmp_path) as g, _api(g, credits=0) as poor:
+        first = await poor.create("k-1")
+        assert first.status_code == 402, first.text
+        assert first.json()["type"].endswith("/insufficient-credits")
+        # Credits arriving later do not change the answer of that key (the draft).
+        await services.grant_credits(g.hub, tenant_id=poor.tenant_id, amount=1_000, grant_id="late")
+        again = await poor.create("k-1")
+        assert again.status_code == 402 and again.content == first.content
+        assert again.headers["idempotent-replayed"] == "true"
+        assert await poor.tasks() == 0 and await poor.reservations() == 0
+        [row] = await poor.key_rows()
+        assert row.status == "done" and row.response_status == 402
+        assert (await poor.create("k-2")).status_code == 201
 
 
 async def test_an_expired_key_is_taken_again_by_a_new_create(api: Api) -> None:
@@ -255,30 +253,29 @@ async def test_a_failure_after_the_hook_leaves_neither_task_nor_key(api: Api) ->
 async def test_two_concurrent_identical_creates_make_one_task_on_postgres(
     pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with fake_generation(pg_url, tmp_path) as g:
-        async for api in _api(g, credits=1_000):
-            # Hold the first create's transaction open after its writes until the second
-            # waits on the unique index, so both really overlap.
-            reached, release = asyncio.Event(), asyncio.Event()
-            real_insert = idempotency_rows.insert_answer
-            calls = 0
+    async with fake_generation(pg_url, tmp_path) as g, _api(g, credits=1_000) as api:
+        # Hold the first create's transaction open after its writes until the second
+        # waits on the unique index, so both really overlap.
+        reached, release = asyncio.Event(), asyncio.Event()
+        real_insert = idempotency_rows.insert_answer
+        calls = 0
 
-            async def insert_held(*args: Any) -> None:
-                nonlocal calls
-                calls += 1
-                if calls == 1:
-                    reached.set()
-                    await release.wait()
-                await real_insert(*args)
+        async def insert_held(*args: Any) -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                reached.set()
+                await release.wait()
+            await real_insert(*args)
 
-            monkeypatch.setattr(idempotency_rows, "insert_answer", insert_held)
-            first = asyncio.create_task(api.create("same"))
-            async with asyncio.timeout(10):
-                await reached.wait()  # the first create is in its hook, its rows written
-            second = asyncio.create_task(api.create("same"))
-            await _until_a_backend_waits_on_a_lock(g)
-            release.set()
-            answers = await asyncio.gather(first, second)
+        monkeypatch.setattr(idempotency_rows, "insert_answer", insert_held)
+        first = asyncio.create_task(api.create("same"))
+        async with asyncio.timeout(10):
+            await reached.wait()  # the first create is in its hook, its rows written
+        second = asyncio.create_task(api.create("same"))
+        await _until_a_backend_waits_on_a_lock(g)
+        release.set()
+        answers = await asyncio.gather(first, second)
 
     assert [a.status_code for a in answers] == [201, 201], [a.text for a in answers]
     assert answers[0].content == answers[1].content
