@@ -26,7 +26,10 @@ async def _serve(settings: Settings, host: str, port: int) -> None:
         # Open SSE streams would hold a graceful stop forever: give them a few seconds.
         config = uvicorn.Config(
             create_app(
-                hub, limits=settings.api_limits(), console_secret=settings.console_secret_bytes()
+                hub,
+                limits=settings.api_limits(),
+                console_secret=settings.console_secret_bytes(),
+                key_cache_s=settings.api_key_cache_s,
             ),
             host=host,
             port=port,
