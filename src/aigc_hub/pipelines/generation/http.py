@@ -28,8 +28,11 @@ router = APIRouter(prefix="/generation-tasks", tags=["generation"], route_class=
 credits_router = APIRouter(prefix="/credits", tags=["generation"])
 
 
-def _generation(request: Request) -> Generation:
-    """The request's hub's Generation (a dependency: routes declare :data:`GenerationState`)."""
+async def _generation(request: Request) -> Generation:
+    """The request's hub's Generation (a dependency: routes declare :data:`GenerationState`).
+
+    ``async`` although it never awaits: FastAPI runs a plain ``def`` dependency in its thread
+    pool, a thread round trip on every request of the creating route."""
     return kit.state_of(request, STATE)
 
 
