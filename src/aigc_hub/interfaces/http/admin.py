@@ -498,6 +498,7 @@ class KeyRevoked(BaseModel):
 @router.post(
     "/api-keys/{key_id}/revoke",
     response_model=KeyRevoked,
+    responses=_INVALID,
     summary="Revoke an API key",
     description="From now on in this process; other API processes remember a live key for up "
     "to AIGC_HUB_API_KEY_CACHE_S seconds (default 5) and may accept it until then. Audited "
