@@ -1,10 +1,10 @@
 """Creating route under load: ``POST /v1/generation-tasks`` with an Idempotency-Key.
 
-Each request is the real creating route: the idempotency claim (own short transaction),
-validation, cost estimate, credit reservation, task + ledger + task event + outbox rows in one
-transaction, the snapshot read back, the answer stored under the key (second short
-transaction). The API runs as its own process (``bench/apiserver.py``: ``create_app`` on a hub
-from settings, the per-tenant limit raised; the limiter still runs on every request) and is
+Each request is the real creating route: validation, cost estimate, credit reservation, and
+task + ledger + task event + outbox rows and the answer stored under its Idempotency-Key, all
+in one transaction (earlier versions claimed the key and stored the answer in two more). The
+API runs as its own process (``bench/apiserver.py``: ``create_app`` on a hub from settings,
+the per-tenant limit raised; the limiter still runs on every request) and is
 **API-only**: no relay, consumers or scanners run during the measurement, as for a process
 started with ``aigc-hub api``. The load generator runs in this process on httpx keep-alive
 connections; every request has its own Idempotency-Key.
