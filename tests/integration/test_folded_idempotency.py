@@ -177,6 +177,15 @@ async def test_another_body_with_the_same_key_is_422_and_creates_nothing(api: Ap
     assert await api.tasks() == 1 and await api.reservations() == 1
 
 
+async def test_a_body_that_fails_validation_stores_nothing(api: Api) -> None:
+    invalid = await api.create("k-1", BODY | {"duration_s": 0})
+    assert invalid.status_code == 422
+    assert invalid.json()["type"].endswith("/validation-error")
+    assert await api.key_rows() == []
+    fixed = await api.create("k-1")
+    assert fixed.status_code == 201 and "idempotent-replayed" not in fixed.headers
+
+
 async def test_a_402_answer_is_stored_and_replayed(db_url: str, tmp_path: Path) -> None:
     async with fake_generation(db_url, tmp_path) as g, _api(g, credits=0) as poor:
         first = await poor.create("k-1")

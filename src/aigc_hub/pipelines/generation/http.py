@@ -103,7 +103,7 @@ async def create_task(
             available=exc.available,
         ) from None
     # Not stored yet when the task existed already: the route class stores it, or replays.
-    return idem.stored or _created(task)
+    return idem.stored if idem.stored is not None else _created(task)
 
 
 def _created(task: dict[str, Any]) -> Response:
