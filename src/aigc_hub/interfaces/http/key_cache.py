@@ -15,9 +15,9 @@ One cache per app (``app.state.key_cache``), used from the event loop's thread o
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 
+from cachetools import TTLCache
 from fastapi import Request
 
 from aigc_hub.tenancy import Principal
@@ -38,35 +38,25 @@ class KeyCache:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ttl_s = ttl_s
-        self.max_entries = max_entries
-        self._clock = clock
-        self._entries: OrderedDict[str, tuple[float, Principal]] = OrderedDict()
+        self._entries: TTLCache[str, Principal] | None = (
+            TTLCache(maxsize=max_entries, ttl=ttl_s, timer=clock) if ttl_s > 0 else None
+        )
 
     def get(self, key_hash: str) -> Principal | None:
         """The principal remembered for ``key_hash`` while fresh; else None."""
-        found = self._entries.get(key_hash)
-        if found is None:
-            return None
-        expires, principal = found
-        if self._clock() >= expires:
-            del self._entries[key_hash]
-            return None
-        self._entries.move_to_end(key_hash)
-        return principal
+        return None if self._entries is None else self._entries.get(key_hash)
 
     def put(self, key_hash: str, principal: Principal) -> None:
         """Remember a live key's principal for ``ttl_s`` (nothing when the cache is off)."""
-        if self.ttl_s <= 0:
-            return
-        self._entries[key_hash] = (self._clock() + self.ttl_s, principal)
-        self._entries.move_to_end(key_hash)
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+        if self._entries is not None:
+            self._entries[key_hash] = principal
 
     def forget(self, key_id: str) -> None:
         """Drop every entry of key ``key_id`` (it was revoked): its next request asks again."""
-        for key_hash in [h for h, (_, p) in self._entries.items() if p.key_id == key_id]:
-            del self._entries[key_hash]
+        if self._entries is None:
+            return
+        for key_hash in [h for h, p in self._entries.items() if p.key_id == key_id]:
+            self._entries.pop(key_hash, None)
 
 
 def key_cache_of(request: Request) -> KeyCache:
