@@ -54,6 +54,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a process and of its live descendants (``aigc-hub api --workers``)."""
+    total = cpu_seconds(pid)
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                total += tree_cpu_seconds(int(child))
+    return total
+
+
 def percentile(sorted_ms: Sequence[float], q: float) -> float:
     """The nearest-rank ``q`` percentile (0–100) of an ascending list; 0 when empty."""
     if not sorted_ms:
@@ -146,6 +156,15 @@ def api_server(port: int, *, dispatch: bool) -> list[str]:
     args = [sys.executable, str(BENCH / "apiserver.py"), "--port", str(port)]
     args += ["--rate-limit", str(RAISED_RATE_LIMIT)]
     return args + (["--dispatch"] if dispatch else [])
+
+
+def api_workers(port: int, workers: int) -> tuple[list[str], dict[str, str]]:
+    """``aigc-hub api --workers N`` and the environment raising its per-tenant limit (the
+    workers read their settings from the environment)."""
+    args = [sys.executable, "-m", "aigc_hub", "api", "--port", str(port)]
+    raised = str(RAISED_RATE_LIMIT)
+    env = {"AIGC_HUB_API_RATE_PER_S": raised, "AIGC_HUB_API_BURST": raised}
+    return [*args, "--workers", str(workers)], env
 
 
 def profiled(command: list[str], report: Path | None) -> list[str]:

@@ -70,6 +70,12 @@ class Settings(BaseSettings):
     )
     api_burst: float = Field(40.0, gt=0, description="requests a tenant may send at once")
     api_max_body_bytes: int = Field(1 << 20, ge=1024, description="largest request body")
+    api_key_cache_s: float = Field(
+        5.0,
+        ge=0,
+        description="seconds an API process remembers a live API key; a key revoked by another "
+        "process may be accepted that long (0 = look it up on every request)",
+    )
     console_secret: SecretStr = Field(
         SecretStr(""),
         description="signs web console sessions; give every API process the same value "

@@ -19,7 +19,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from aigc_hub.core import errors, ids
+from aigc_hub.reliability import audit
 from aigc_hub.store import tables
+from aigc_hub.store.engine import reader
 
 Role = Literal["tenant", "admin"]
 #: Every key starts with this, so leaked keys are easy to scan for.
@@ -133,7 +135,8 @@ async def authenticate(engine: AsyncEngine, presented: str) -> Principal | None:
     """The principal of a live key, or None for an unknown or revoked one."""
     if not presented.startswith(KEY_PREFIX):
         return None
-    async with engine.connect() as conn:
+    # A read beside the writer (on SQLite the writer's pool is one connection).
+    async with reader(engine) as conn:
         row = (await conn.execute(_LIVE_KEY, {"hash": hash_key(presented)})).first()
     if row is None:
         return None
@@ -159,13 +162,27 @@ async def live_principal(engine: AsyncEngine, key_id: str) -> Principal | None:
     return Principal(tenant_id=row.tenant_id, role=role, key_id=row.id)
 
 
-async def revoke(engine: AsyncEngine, key_id: str) -> bool:
-    """Revoke a key from now on; True when a live key was revoked."""
+async def revoke(engine: AsyncEngine, key_id: str, *, actor: str | None = None) -> bool:
+    """Revoke a key from now on; True when a live key was revoked. With ``actor``, the
+    revocation is audited (action ``api_key.revoke``) in the same transaction.
+
+    An API process remembers live keys for a few seconds
+    (:mod:`aigc_hub.interfaces.http.key_cache`): one that did not revoke the key itself may
+    accept it that long."""
     k = tables.api_keys
+    now = _now_ms()
     async with engine.begin() as conn:
         result = await conn.execute(
-            k.update()
-            .where(k.c.id == key_id, k.c.revoked_at.is_(None))
-            .values(revoked_at=_now_ms())
+            k.update().where(k.c.id == key_id, k.c.revoked_at.is_(None)).values(revoked_at=now)
         )
-    return bool(result.rowcount)
+        revoked = bool(result.rowcount)
+        if actor is not None:
+            await audit.record(
+                conn,
+                at=now,
+                actor=actor,
+                action="api_key.revoke",
+                target=f"api_key:{key_id}",
+                result="revoked" if revoked else "not_live",
+            )
+    return revoked

@@ -79,6 +79,16 @@ async def _task_of_a(hub: Hub) -> str:
     return str(task["task_id"])
 
 
+async def _key_of_a(hub: Hub) -> str:
+    """A second API key of tenant A (the admin's control call revokes it)."""
+    tenant_a = next(t for t in await tenancy.list_tenants(hub.engine) if t.name == "tenant-a")
+    who = await tenancy.authenticate(
+        hub.engine, await tenancy.create_tenant_key(hub.engine, tenant_a.id)
+    )
+    assert who is not None
+    return who.key_id
+
+
 async def _provider(hub: Hub) -> str:
     return "local"  # B is not a provider: no signature → 401, nothing archived
 
@@ -113,6 +123,7 @@ IDS_OF_TENANT_A: dict[str, Callable[[Hub], Awaitable[str]]] = {
     "dead_letter_id": _dead_letter_of_a,
     "job_id": _job_of_a,
     "task_id": _task_of_a,
+    "key_id": _key_of_a,
     "provider": _provider,
 }
 

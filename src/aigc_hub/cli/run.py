@@ -83,7 +83,10 @@ async def _with_api(
 
     config = uvicorn.Config(
         create_app(
-            hub, limits=settings.api_limits(), console_secret=settings.console_secret_bytes()
+            hub,
+            limits=settings.api_limits(),
+            console_secret=settings.console_secret_bytes(),
+            key_cache_s=settings.api_key_cache_s,
         ),
         host=settings.api_host,
         port=settings.api_port,

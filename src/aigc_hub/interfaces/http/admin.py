@@ -1,4 +1,5 @@
-"""The admin API (admin key only): dead letters, bulk replay jobs, lag, outbox and audit.
+"""The admin API (admin key only): dead letters, bulk replay jobs, lag, outbox, audit, and
+revoking API keys.
 
 Mount it with ``app.include_router(admin.router, prefix="/admin")``. Every action is audited
 with ``actor = "admin:<key id>"`` (the dead-letter store and the replay jobs write the audit
@@ -17,9 +18,11 @@ import sqlalchemy as sa
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from aigc_hub import tenancy
 from aigc_hub.bootstrap import Hub
 from aigc_hub.interfaces.http.auth import AdminPrincipal, admin_principal, hub_of, not_found
 from aigc_hub.interfaces.http.idempotency import AdminIdempotency, IdempotentRoute
+from aigc_hub.interfaces.http.key_cache import key_cache_of
 from aigc_hub.interfaces.http.problems import MEDIA_TYPE, Problem
 from aigc_hub.reliability import audit
 from aigc_hub.reliability.dlq import (
@@ -481,3 +484,29 @@ async def audit_log(
             for e in entries
         ]
     )
+
+
+# -- API keys ------------------------------------------------------------------------------------
+
+
+class KeyRevoked(BaseModel):
+    """Whether this call revoked the key (False: unknown, or revoked already)."""
+
+    revoked: bool
+
+
+@router.post(
+    "/api-keys/{key_id}/revoke",
+    response_model=KeyRevoked,
+    responses=_INVALID,
+    summary="Revoke an API key",
+    description="From now on in this process; other API processes remember a live key for up "
+    "to AIGC_HUB_API_KEY_CACHE_S seconds (default 5) and may accept it until then. Audited "
+    "as api_key.revoke. Repeatable.",
+)
+async def revoke_key(
+    key_id: Annotated[str, Path(max_length=36)], request: Request, who: AdminPrincipal
+) -> KeyRevoked:
+    revoked = await tenancy.revoke(hub_of(request).engine, key_id, actor=actor_of(who))
+    key_cache_of(request).forget(key_id)
+    return KeyRevoked(revoked=revoked)

@@ -17,6 +17,7 @@ from aigc_hub.bootstrap import Hub
 from aigc_hub.interfaces import console
 from aigc_hub.interfaces.console.sessions import Sessions
 from aigc_hub.interfaces.http import admin, events, health, problems
+from aigc_hub.interfaces.http.key_cache import DEFAULT_TTL_S, KeyCache
 from aigc_hub.interfaces.http.limits import BodyLimits, Limits
 
 #: The prefix of the versioned API.
@@ -29,12 +30,14 @@ def create_app(
     limits: Limits | None = None,
     routers: list[APIRouter] | None = None,
     console_secret: bytes | None = None,
+    key_cache_s: float = DEFAULT_TTL_S,
 ) -> FastAPI:
     """The HTTP API for ``hub``; ``routers`` (tests, extensions) are mounted under ``/v1``.
 
     ``console_secret`` signs console sessions (processes that share it share logins; None:
-    a random secret per process). The app does not own the hub: no lifespan starts or
-    closes it.
+    a random secret per process). ``key_cache_s``: how long a live API key is remembered
+    (:mod:`.key_cache`; 0 = ask the database on every request). The app does not own the
+    hub: no lifespan starts or closes it.
     """
     limits = limits or Limits()
     app = FastAPI(
@@ -45,6 +48,7 @@ def create_app(
     )
     app.state.hub = hub
     app.state.limits = limits
+    app.state.key_cache = KeyCache(ttl_s=key_cache_s)
     if console_secret is not None:
         app.state.console_sessions = Sessions(secret=console_secret)
     problems.install(app)

@@ -14,6 +14,7 @@ from fastapi import Depends, Request
 
 from aigc_hub import tenancy
 from aigc_hub.bootstrap import Hub
+from aigc_hub.interfaces.http.key_cache import key_cache_of
 from aigc_hub.interfaces.http.problems import Problem
 from aigc_hub.pipeline import StateKey
 from aigc_hub.tenancy import Principal
@@ -51,14 +52,23 @@ def _unauthorized(detail: str) -> Problem:
 
 
 async def principal(request: Request) -> Principal:
-    """The principal of the request's ``Authorization: Bearer <key>``, any role; else 401."""
+    """The principal of the request's ``Authorization: Bearer <key>``, any role; else 401.
+
+    A live key is remembered for a few seconds (:mod:`.key_cache`: how long a key revoked
+    elsewhere may still be accepted)."""
     header = request.headers.get("authorization", "")
     scheme, _, key = header.partition(" ")
-    if scheme.lower() != "bearer" or not key.strip():
+    presented = key.strip()
+    if scheme.lower() != "bearer" or not presented:
         raise _unauthorized("an API key is required: Authorization: Bearer <key>")
-    found = await tenancy.authenticate(hub_of(request).engine, key.strip())
+    cache = key_cache_of(request)
+    key_hash = tenancy.hash_key(presented)
+    found = cache.get(key_hash)
     if found is None:
-        raise _unauthorized("the API key is unknown or revoked")
+        found = await tenancy.authenticate(hub_of(request).engine, presented)
+        if found is None:
+            raise _unauthorized("the API key is unknown or revoked")
+        cache.put(key_hash, found)
     request.state.principal = found
     return found
 

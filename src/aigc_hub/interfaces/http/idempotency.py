@@ -40,49 +40,67 @@ scope, :data:`ADMIN_SCOPE`). Behaviour, per tenant
   :class:`~aigc_hub.reliability.idempotency_scanner.IdempotencyExpiryScanner` deletes them
   afterwards, and deletes claims abandoned by a crashed process.
 
+**Folded mode** (:data:`FoldedIdempotency`), for a route whose effects are all in one
+transaction of its own: nothing is claimed up front. The route hands
+:meth:`FoldedKey.hook` to its service, which calls it inside that transaction after its
+writes; the hook renders the answer and inserts the key as ``done`` with it, so the effects
+and the stored answer commit together or not at all (one write transaction per request
+instead of three). The route returns :attr:`FoldedKey.stored`, the very response whose bytes
+were stored. When the key is taken the hook raises, the transaction rolls back (no effect
+happens) and the answer comes from the key's row exactly as above: replay, 422, or a wait
+then 409; an expired row is replaced inside the transaction. An answer given without the
+hook (a 4xx problem, an answer about what exists already) is stored by the route class in
+one transaction the same way, and a replay wins over it when the key is taken. A 5xx answer,
+an exception or a body that fails validation stores nothing. On PostgreSQL a concurrent
+identical request waits on a unique index until the first commits, then replays its answer.
+
 The policy is ``app.state.idempotency`` when set (an :class:`IdempotencyPolicy`), else the
 defaults. Times come from ``hub.clock``. If storing the answer fails after the route
-succeeded, the claim stays ``in_flight`` (retries get 409) until it is abandoned: a
-duplicate creation would be worse than a delayed retry.
+succeeded (claim-first mode), the claim stays ``in_flight`` (retries get 409) until it is
+abandoned: a duplicate creation would be worse than a delayed retry.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
-import sqlalchemy as sa
 from fastapi import Depends, Header, Request, Response
+from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
+from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from aigc_hub.interfaces.http import auth, problems
+from aigc_hub.interfaces.http import idempotency_rows as rows
+from aigc_hub.interfaces.http.idempotency_rows import DONE, KeyTaken
 from aigc_hub.interfaces.http.problems import Problem
-from aigc_hub.store import tables
-from aigc_hub.store.dialects import Dialect, dialect_of
 from aigc_hub.store.engine import reader
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
 MAX_KEY_LENGTH = 255
-IN_FLIGHT = "in_flight"
-DONE = "done"
 #: Response headers stored and replayed (lower case); others are not part of the answer.
 STORED_HEADERS = ("content-type", "location", "content-location", "etag", "last-modified")
 DEFAULT_TTL_S = 24 * 3600.0
 #: The ``tenant_id`` column value of keys sent with admin keys (never a tenant's UUID).
 ADMIN_SCOPE = "admin"
+#: Runs of a folded route for one request: a rerun happens only when the request holding
+#: the key let it go meanwhile, so more than one is already rare.
+FOLDED_RUNS = 3
 
 _CLAIM = "aigc_hub.idempotency.claim"
+_FOLDED = "aigc_hub.idempotency.folded"
 _ROUTE = "aigc_hub.idempotency.route"
 
 
@@ -103,6 +121,45 @@ class IdempotencyClaim:
     key: str
     fingerprint: str
     created_at: int
+
+    @property
+    def ref(self) -> rows.KeyRef:
+        """The key's row reference."""
+        return rows.KeyRef(self.tenant_id, self.key, self.fingerprint)
+
+
+class FoldedKey:
+    """A request's key in folded mode: not claimed; its answer is stored by :meth:`hook`
+    inside the route's own transaction. One per request; not shared between tasks."""
+
+    def __init__(self, ref: rows.KeyRef, now_ms: int, ttl_ms: int) -> None:
+        self.ref = ref
+        self.now_ms = now_ms
+        self.ttl_ms = ttl_ms
+        #: The response the hook stored, once its transaction reached the hook.
+        self.stored: Response | None = None
+
+    @property
+    def key(self) -> str:
+        """The key as the client sent it (unquoted)."""
+        return self.ref.key
+
+    def hook(
+        self, render: Callable[[T], Response]
+    ) -> Callable[[AsyncConnection, T], Awaitable[None]]:
+        """A ``before_commit`` hook for a service: renders the answer from the service's
+        result and inserts the key as ``done`` with it on the service's connection.
+
+        Raises :class:`~.idempotency_rows.KeyTaken` when the key is held, so the service's
+        transaction rolls back; :class:`IdempotentRoute` then answers from the holder's row.
+        """
+
+        async def store_answer(conn: AsyncConnection, result: T) -> None:
+            response = render(result)
+            await rows.insert_answer(conn, self.ref, _answer(response), self.now_ms, self.ttl_ms)
+            self.stored = response
+
+        return store_answer
 
 
 class _Replay(Exception):
@@ -217,77 +274,49 @@ async def admin_idempotent(
     return await _claim(request, ADMIN_SCOPE)
 
 
-# The statements of every keyed request, built once (parameters bound at execute time).
-_T = tables.idempotency_keys
-_THIS_KEY = (_T.c.tenant_id == sa.bindparam("scope"), _T.c.key == sa.bindparam("idem_key"))
-_DELETE_EXPIRED = _T.delete().where(*_THIS_KEY, _T.c.expires_at <= sa.bindparam("now"))
-_SELECT_KEY = sa.select(_T).where(*_THIS_KEY)
-_UNTOUCHED_CLAIM = (
-    *_THIS_KEY,
-    _T.c.status == IN_FLIGHT,
-    _T.c.created_at == sa.bindparam("claimed_at"),
-)
-_RELEASE = _T.delete().where(*_UNTOUCHED_CLAIM)
-_STORE = (
-    _T.update()
-    .where(*_UNTOUCHED_CLAIM)
-    .values(
-        status=DONE,
-        response_status=sa.bindparam("answer_status"),
-        response_headers=sa.bindparam("answer_headers"),
-        response_body=sa.bindparam("answer_body"),
-    )
-)
+async def folded_idempotent(
+    request: Request, who: auth.TenantPrincipal, _key: KeyHeader = None
+) -> FoldedKey:
+    """The request's key for the tenant in folded mode: parsed and fingerprinted, not claimed
+    (400 when missing or invalid). The route must pass :meth:`FoldedKey.hook` to its one
+    transaction and return :attr:`FoldedKey.stored` when set."""
+    assert who.tenant_id is not None  # a tenant principal
+    ref = await _ref(request, who.tenant_id)
+    hub = auth.hub_of(request)
+    key = FoldedKey(ref, hub.clock.now_ms(), int(policy_of(request).ttl_s * 1000))
+    request.scope[_FOLDED] = key
+    return key
 
 
-@functools.cache
-def _claim_insert(dialect: Dialect) -> Any:
-    """INSERT of a new claim that does nothing when the key is taken, for ``dialect``."""
-    return (
-        dialect.insert(_T)
-        .on_conflict_do_nothing(index_elements=["tenant_id", "key"])
-        .returning(_T.c.key)
-    )
-
-
-async def _claim(request: Request, scope: str) -> IdempotencyClaim:
+async def _ref(request: Request, scope: str) -> rows.KeyRef:
     if not request.scope.get(_ROUTE):
         raise RuntimeError("the Idempotency dependency needs route_class=IdempotentRoute")
     key = parse_key(request.headers.get(HEADER))
-    hub = auth.hub_of(request)
-    policy = policy_of(request)
     body = await request.body()
     printed = fingerprint(request.method, request.url.path, request.url.query, body)
-    engine = hub.engine
-    claim_insert = _claim_insert(dialect_of(engine))
+    return rows.KeyRef(scope, key, printed)
+
+
+async def _claim(request: Request, scope: str) -> IdempotencyClaim:
+    ref = await _ref(request, scope)
+    hub = auth.hub_of(request)
+    policy = policy_of(request)
+    ttl_ms = int(policy.ttl_s * 1000)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + policy.wait_s
     while True:
         now = hub.clock.now_ms()
-        async with engine.begin() as conn:
-            # An expired key is free again (the scanner may not have run yet).
-            await conn.execute(_DELETE_EXPIRED, {"scope": scope, "idem_key": key, "now": now})
-            claimed = await conn.execute(
-                claim_insert,
-                {
-                    "tenant_id": scope,
-                    "key": key,
-                    "fingerprint": printed,
-                    "status": IN_FLIGHT,
-                    "created_at": now,
-                    "expires_at": now + int(policy.ttl_s * 1000),
-                },
-            )
-            inserted = claimed.first() is not None
-        if inserted:
-            claim = IdempotencyClaim(scope, key, printed, now)
+        async with hub.engine.begin() as conn:
+            claimed = await rows.claim(conn, ref, now, ttl_ms)
+        if claimed:
+            claim = IdempotencyClaim(scope, ref.key, ref.fingerprint, now)
             request.scope[_CLAIM] = claim
             return claim
-        async with reader(engine) as conn:
-            row = (await conn.execute(_SELECT_KEY, {"scope": scope, "idem_key": key})).first()
+        async with reader(hub.engine) as conn:
+            row = await rows.read(conn, ref)
         if row is None:
             continue  # released meanwhile: claim it
-        if row.fingerprint != printed:
+        if row.fingerprint != ref.fingerprint:
             raise _reused()
         if row.status == DONE:
             raise _Replay(_replay(row))
@@ -300,15 +329,8 @@ async def _claim(request: Request, scope: str) -> IdempotencyClaim:
 Idempotency = Annotated[IdempotencyClaim, Depends(idempotent)]
 #: The same for admin routes: ``idem: AdminIdempotency`` (an admin key is required).
 AdminIdempotency = Annotated[IdempotencyClaim, Depends(admin_idempotent)]
-
-
-def _claim_params(claim: IdempotencyClaim) -> dict[str, Any]:
-    return {"scope": claim.tenant_id, "idem_key": claim.key, "claimed_at": claim.created_at}
-
-
-async def _release(request: Request, claim: IdempotencyClaim) -> None:
-    async with auth.hub_of(request).engine.begin() as conn:
-        await conn.execute(_RELEASE, _claim_params(claim))
+#: The folded mode for tenant routes: ``idem: FoldedIdempotency`` (see the module doc).
+FoldedIdempotency = Annotated[FoldedKey, Depends(folded_idempotent)]
 
 
 async def _buffered(response: Response) -> Response:
@@ -332,64 +354,146 @@ def _selected(headers: Mapping[str, str]) -> dict[str, str]:
     return {k.lower(): v for k, v in headers.items() if k.lower() in STORED_HEADERS}
 
 
-async def _store(request: Request, claim: IdempotencyClaim, response: Response) -> None:
-    answer = {
-        "answer_status": response.status_code,
-        "answer_headers": _selected(response.headers),
-        "answer_body": bytes(response.body),
-    }
-    async with auth.hub_of(request).engine.begin() as conn:
-        await conn.execute(_STORE, _claim_params(claim) | answer)
+def _answer(response: Response) -> rows.Answer:
+    return rows.Answer(response.status_code, _selected(response.headers), bytes(response.body))
+
+
+def _problem_of(exc: Problem | StarletteHTTPException) -> Problem:
+    if isinstance(exc, Problem):
+        return exc
+    detail = exc.detail if isinstance(exc.detail, str) else "error"
+    return Problem(exc.status_code, detail, headers=exc.headers)
+
+
+def _uses(dependant: Dependant, call: Callable[..., Any]) -> bool:
+    """True when ``call`` is among ``dependant``'s dependencies, at any depth."""
+    return any(d.call is call or _uses(d, call) for d in dependant.dependencies)
 
 
 class IdempotentRoute(APIRoute):
-    """A route class that stores and replays answers of routes using :data:`Idempotency`."""
+    """A route class that stores and replays answers of routes using :data:`Idempotency`
+    (claim first) or :data:`FoldedIdempotency` (stored in the route's transaction)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        """Wrap FastAPI's handler: replay, store 2xx–4xx, release the key on 5xx/errors."""
+        """Wrap FastAPI's handler with the mode the route's dependencies ask for."""
         original = super().get_route_handler()
+        if _uses(self.dependant, folded_idempotent):
+            return _folded_handler(original)
+        return _claim_first_handler(original)
 
-        async def handler(request: Request) -> Response:
-            request.scope[_ROUTE] = True
-            try:
-                response = await original(request)
-            except _Replay as replay:
-                return replay.response
-            except (Problem, StarletteHTTPException) as exc:
-                claim = request.scope.get(_CLAIM)
-                if claim is None:
-                    raise
-                problem = exc if isinstance(exc, Problem) else _as_problem(exc)
-                if problem.status >= 500:
-                    await _quietly_release(request, claim)
-                    raise
-                response = problems.response(request, problem)
-            except BaseException:
-                claim = request.scope.get(_CLAIM)
-                if claim is not None:
-                    await _quietly_release(request, claim)
-                raise
+
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+
+
+def _claim_first_handler(original: Handler) -> Handler:
+    """Replay, store 2xx–4xx, release the key on 5xx/errors."""
+
+    async def handler(request: Request) -> Response:
+        request.scope[_ROUTE] = True
+        try:
+            response = await original(request)
+        except _Replay as replay:
+            return replay.response
+        except (Problem, StarletteHTTPException) as exc:
             claim = request.scope.get(_CLAIM)
             if claim is None:
-                return response
-            if response.status_code >= 500:
+                raise
+            problem = _problem_of(exc)
+            if problem.status >= 500:
                 await _quietly_release(request, claim)
-                return response
-            response = await _buffered(response)
-            try:
-                await _store(request, claim, response)
-            except Exception:
-                log.exception("could not store the answer for Idempotency-Key %r", claim.key)
+                raise
+            response = problems.response(request, problem)
+        except BaseException:
+            claim = request.scope.get(_CLAIM)
+            if claim is not None:
+                await _quietly_release(request, claim)
+            raise
+        claim = request.scope.get(_CLAIM)
+        if claim is None:
             return response
+        if response.status_code >= 500:
+            await _quietly_release(request, claim)
+            return response
+        response = await _buffered(response)
+        try:
+            async with auth.hub_of(request).engine.begin() as conn:
+                await rows.store(conn, claim.ref, claim.created_at, _answer(response))
+        except Exception:
+            log.exception("could not store the answer for Idempotency-Key %r", claim.key)
+        return response
 
-        return handler
+    return handler
 
 
 async def _quietly_release(request: Request, claim: IdempotencyClaim) -> None:
     with contextlib.suppress(Exception):
-        await _release(request, claim)
+        async with auth.hub_of(request).engine.begin() as conn:
+            await rows.release(conn, claim.ref, claim.created_at)
 
 
-def _as_problem(exc: StarletteHTTPException) -> Problem:
-    detail = exc.detail if isinstance(exc.detail, str) else "error"
-    return Problem(exc.status_code, detail, headers=exc.headers)
+def _folded_handler(original: Handler) -> Handler:
+    """Answer from the key's row when the route's transaction found it taken; store the
+    answers the route gave without its hook; store nothing on 5xx/errors."""
+
+    async def handler(request: Request) -> Response:
+        request.scope[_ROUTE] = True
+        for _ in range(FOLDED_RUNS):
+            try:
+                response = await original(request)
+            except KeyTaken:
+                held = await _holders_answer(request, request.scope[_FOLDED])
+                if held is None:
+                    continue  # the holder let the key go: run the route again
+                return held
+            except (Problem, StarletteHTTPException) as exc:
+                problem = _problem_of(exc)
+                if request.scope.get(_FOLDED) is None or problem.status >= 500:
+                    raise
+                response = problems.response(request, problem)
+            key: FoldedKey | None = request.scope.get(_FOLDED)
+            if key is None or key.stored is response or response.status_code >= 500:
+                return response
+            return await _store_alone(request, key, await _buffered(response))
+        return problems.response(request, _in_flight())
+
+    return handler
+
+
+async def _store_alone(request: Request, key: FoldedKey, response: Response) -> Response:
+    """Store an answer the route gave without its hook, in one transaction; the holder's
+    answer instead when the key is taken."""
+    engine = auth.hub_of(request).engine
+    for _ in range(FOLDED_RUNS):
+        try:
+            async with engine.begin() as conn:
+                await rows.insert_answer(conn, key.ref, _answer(response), key.now_ms, key.ttl_ms)
+            return response
+        except KeyTaken:
+            held = await _holders_answer(request, key)
+            if held is not None:
+                return held
+        except Exception:
+            log.exception("could not store the answer for Idempotency-Key %r", key.key)
+            return response
+    return problems.response(request, _in_flight())
+
+
+async def _holders_answer(request: Request, key: FoldedKey) -> Response | None:
+    """The answer for a request whose key another request holds: its replay, 422 for
+    another fingerprint, 409 after waiting for one in flight; None once the key is free."""
+    hub = auth.hub_of(request)
+    policy = policy_of(request)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + policy.wait_s
+    while True:
+        async with reader(hub.engine) as conn:
+            row = await rows.read(conn, key.ref)
+        if row is None or row.expires_at <= hub.clock.now_ms():
+            return None
+        if row.fingerprint != key.ref.fingerprint:
+            return problems.response(request, _reused())
+        if row.status == DONE:
+            return _replay(row)
+        if loop.time() >= deadline:
+            return problems.response(request, _in_flight())
+        await asyncio.sleep(policy.poll_s)

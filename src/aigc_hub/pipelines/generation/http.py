@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+import orjson
 import pydantic
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from aigc_hub.interfaces.http import kit
-from aigc_hub.interfaces.http.kit import Idempotency, IdempotentRoute, Problem
+from aigc_hub.interfaces.http.kit import FoldedIdempotency, IdempotentRoute, Problem
 from aigc_hub.pipelines.generation import ledger, services
 from aigc_hub.pipelines.generation.state import STATE, Generation
 from aigc_hub.pipelines.generation.states import TaskStatus
@@ -27,8 +28,11 @@ router = APIRouter(prefix="/generation-tasks", tags=["generation"], route_class=
 credits_router = APIRouter(prefix="/credits", tags=["generation"])
 
 
-def _generation(request: Request) -> Generation:
-    """The request's hub's Generation (a dependency: routes declare :data:`GenerationState`)."""
+async def _generation(request: Request) -> Generation:
+    """The request's hub's Generation (a dependency: routes declare :data:`GenerationState`).
+
+    ``async`` although it never awaits: FastAPI runs a plain ``def`` dependency in its thread
+    pool, a thread round trip on every request of the creating route."""
     return kit.state_of(request, STATE)
 
 
@@ -68,12 +72,12 @@ def _not_found() -> Problem:
 )
 async def create_task(
     body: services.CreateTask,
-    request: Request,
-    response: Response,
     who: kit.LimitedTenant,
-    idem: Idempotency,
+    idem: FoldedIdempotency,
     gen: GenerationState,
-) -> dict[str, Any]:
+) -> Response:
+    # One write transaction: the key and its answer are stored by the service's own
+    # transaction (folded mode), and the answer's bytes are rendered once, by _created.
     assert who.tenant_id is not None
     try:
         task = await services.create_task(
@@ -82,6 +86,7 @@ async def create_task(
             body=body,
             idempotency_key=idem.key,
             user_id=who.key_id,
+            before_commit=idem.hook(_created),
         )
     except services.InvalidRequest as exc:
         raise Problem(
@@ -97,8 +102,19 @@ async def create_task(
             required=exc.required,
             available=exc.available,
         ) from None
-    response.headers["Location"] = f"/v1/generation-tasks/{task['task_id']}"
-    return task
+    # Not stored yet when the task existed already: the route class stores it, or replays.
+    return idem.stored if idem.stored is not None else _created(task)
+
+
+def _created(task: dict[str, Any]) -> Response:
+    """The 201 answer for a task snapshot (its keys are TaskSnapshot's fields, in order),
+    serialized once, without FastAPI's response-model round trip."""
+    return Response(
+        content=orjson.dumps(task),
+        status_code=201,
+        media_type="application/json",
+        headers={"Location": f"/v1/generation-tasks/{task['task_id']}"},
+    )
 
 
 @router.get(

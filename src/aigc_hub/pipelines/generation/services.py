@@ -7,11 +7,12 @@ scanners share them).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import pydantic
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from aigc_hub.core import errors, ids
 from aigc_hub.core.envelope import Envelope
@@ -36,6 +37,11 @@ if TYPE_CHECKING:
     from aigc_hub.bootstrap import Hub
 
 Mode = Literal["text_to_video", "image_to_video"]
+#: Called with the creating transaction's connection and the new task's snapshot, after the
+#: writes and before the commit; it may write too, and raising rolls everything back.
+BeforeCommit = Callable[[AsyncConnection, dict[str, Any]], Awaitable[None]]
+#: Where a test makes a create fail after its ``before_commit`` hook, inside the transaction.
+AFTER_HOOK = "generation.create_task.after_hook"
 
 
 class CreateTask(pydantic.BaseModel):
@@ -170,11 +176,15 @@ async def create_task(
     body: CreateTask,
     idempotency_key: str,
     user_id: str | None = None,
+    before_commit: BeforeCommit | None = None,
 ) -> dict[str, Any]:
     """Validate, estimate, reserve and queue; returns the task snapshot.
 
     Raises InvalidRequest (422), ledger.InsufficientCredits (402). The same
-    ``(tenant, idempotency_key)`` returns the existing task instead of a second one.
+    ``(tenant, idempotency_key)`` returns the existing task instead of a second one (without
+    calling ``before_commit``). ``before_commit`` runs last in the creating transaction
+    (the HTTP route stores its Idempotency-Key answer there); what it raises rolls the
+    create back and propagates.
     """
     hub = gen.hub
     if body.reference_asset_ids:
@@ -245,13 +255,17 @@ async def create_task(
             )
             note = records.status_notification(row, TaskStatus.QUEUED, 0, now)
             await hub.outbox.add(conn, [queued, note])
+            created = snapshot(row, attempts=0)
+            if before_commit is not None:
+                await before_commit(conn, created)
+                hub.failpoints.hit(AFTER_HOOK)
     except sa.exc.IntegrityError:
         existing = await _by_idempotency_key(hub, tenant_id, idempotency_key)
         if existing is None:
             raise
         return existing
     # The row just committed is the snapshot: no read-back (the hot path of the API).
-    return snapshot(row, attempts=0)
+    return created
 
 
 async def _by_idempotency_key(hub: Hub, tenant_id: str, key: str) -> dict[str, Any] | None:
