@@ -9,6 +9,7 @@ from pathlib import Path
 
 from aigc_hub.core import errors
 from aigc_hub.media import tools
+from aigc_hub.pipelines.generation import mp4
 
 
 class InvalidMedia(errors.PermanentError, ValueError):
@@ -29,8 +30,26 @@ class VideoInfo:
 async def probe_video(path: Path, *, timeout_s: float = 30.0) -> VideoInfo:
     """What ffprobe reads in ``path``; InvalidMedia when it is not a readable video.
 
-    Raises MediaToolMissing (a configuration error, retried later) when there is no ffprobe.
+    A plain MP4 is read from its header in process (:mod:`.mp4`: the same boxes ffprobe
+    reads, without spawning it); every other file goes to ffprobe. Raises MediaToolMissing
+    (a configuration error, retried later) when ffprobe is needed and missing.
     """
+    plain = mp4.read_header(path)
+    if plain is not None:
+        return VideoInfo(
+            codec=plain.codec,
+            width=plain.width,
+            height=plain.height,
+            duration_ms=plain.duration_ms,
+            frame_rate_num=plain.frame_rate_num,
+            frame_rate_den=plain.frame_rate_den,
+            format_name=mp4.FORMAT_NAME,
+        )
+    return await ffprobe_video(path, timeout_s=timeout_s)
+
+
+async def ffprobe_video(path: Path, *, timeout_s: float = 30.0) -> VideoInfo:
+    """What ffprobe reads in ``path``; InvalidMedia when it is not a readable video."""
     proc = await asyncio.create_subprocess_exec(
         tools.executable("ffprobe"),
         "-v",
