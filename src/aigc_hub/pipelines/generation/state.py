@@ -51,7 +51,7 @@ class Generation:
     settings: GenerationSettings
     providers: Providers
     slots: Slots
-    #: How fetched outputs are checked (ffprobe; tests without FFmpeg pass a fake).
+    #: How fetched outputs are checked (PyAV, else ffprobe; tests without FFmpeg pass a fake).
     probe: VideoProbe = probe_video
     #: Serializes scheduling passes within a process (across processes guarded updates do).
     schedule_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
