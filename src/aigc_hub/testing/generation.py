@@ -108,9 +108,10 @@ class FakeProvider:
 
     def callback_body(self, job: FakeJob) -> bytes:
         """The webhook body the provider sends about ``job`` now (read by parse_callback)."""
+        output = self._output_url(job) if job.status is N.SUCCEEDED else None
         return json.dumps(
             {"job": job.id, "status": job.status.value, "progress": job.progress,
-             "error": job.error_code, "version": job.version}
+             "error": job.error_code, "version": job.version, "output": output}
         ).encode()  # fmt: skip
 
     async def wait_for_calls(self, method: str, count: int, timeout_s: float = 10.0) -> None:
@@ -158,6 +159,9 @@ class FakeProvider:
                 progress=float(progress) if progress is not None else None,
                 provider_error_code=event.get("error"),
                 observed_at_ms=int(event["version"]),
+                output_assets=(
+                    (OutputAsset(str(event["output"]), "video/mp4"),) if event.get("output") else ()
+                ),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ProviderError(
@@ -290,6 +294,9 @@ class FakeProvider:
         self.jobs[job.id] = job
         return job
 
+    def _output_url(self, job: FakeJob) -> str:
+        return f"fake://{self.name}/jobs/{job.id}/output"
+
     def _result(self, job: FakeJob, *, estimated: int | None = None) -> ProviderResult:
         succeeded = job.status is N.SUCCEEDED
         failed = job.status is N.FAILED
@@ -299,11 +306,7 @@ class FakeProvider:
             progress=job.progress,
             retry_class=RetryClass.PERMANENT if failed else RetryClass.NONE,
             provider_error_code=job.error_code,
-            output_assets=(
-                (OutputAsset(f"fake://{self.name}/jobs/{job.id}/output", "video/mp4"),)
-                if succeeded
-                else ()
-            ),
+            output_assets=(OutputAsset(self._output_url(job), "video/mp4"),) if succeeded else (),
             estimated_cost=estimated,
             actual_cost=job.script.actual_cost if succeeded else None,
             raw_status=job.status.value.lower(),

@@ -21,6 +21,7 @@ each module implements:
 * ``up.py`` — the ``up`` hook: serves the local provider on embedded defaults;
 * ``ledger.py`` — credits on the backbone's ledger (§3.8.5);
 * ``providers.py`` — adapters by name with their breakers, and routing (§3.6.3);
-* ``requests.py`` — a task row as a provider-neutral request; ``probe.py`` — ffprobe checks;
+* ``requests.py`` — a task row as a provider-neutral request;
+* ``probe.py`` — checks a fetched output (PyAV in process, ffprobe for the rest);
 * ``adapters/`` — one client per provider (§3.2.6), the only code that speaks a vendor's API.
 """

@@ -72,7 +72,14 @@ class StatusObserved(pydantic.BaseModel):
 
     @classmethod
     def of(
-        cls, result: ProviderResult, *, task_id: str, attempt_id: str, provider: str, source: str
+        cls,
+        result: ProviderResult,
+        *,
+        task_id: str,
+        attempt_id: str,
+        provider: str,
+        source: str,
+        callback_id: int | None = None,
     ) -> StatusObserved:
         """The observation an adapter's normalized result makes (the one way to build it)."""
         return cls(
@@ -88,6 +95,7 @@ class StatusObserved(pydantic.BaseModel):
             output_count=len(result.output_assets),
             observed_at_ms=result.observed_at_ms,
             source=source,
+            callback_id=callback_id,
         )
 
     task_id: str
@@ -102,6 +110,9 @@ class StatusObserved(pydantic.BaseModel):
     output_count: int = 0
     observed_at_ms: int | None = None
     source: str  # "callback" | "poll" | "submit" | "reconcile"
+    #: The archived webhook this came from (``callback_events.id``): its body names the
+    #: outputs, so a fetch can start without asking the provider again.
+    callback_id: int | None = None
 
 
 class PollRequested(pydantic.BaseModel):
@@ -116,6 +127,9 @@ class FetchRequested(pydantic.BaseModel):
 
     task_id: str
     attempt_id: str
+    #: The archived webhook that reported the success, when one did (its body names the
+    #: outputs; the URL itself never travels in an event).
+    callback_id: int | None = None
 
 
 def register(pipeline: PipelineBase) -> None:

@@ -233,19 +233,17 @@ def _require_json(request: Request) -> None:
 )
 async def receive(provider: str, request: Request) -> dict[str, Any]:
     gen = kit.state_of(request, STATE)
-    hub = gen.hub
-    secrets = gen.settings.webhook_secrets(provider)
     if provider not in gen.providers.adapters:
         raise kit.not_found("provider")
     _require_json(request)
     body = await request.body()
     if len(body) > MAX_BODY:
         raise Problem(413, "webhook body too large")
-    if not secrets:
+    verifier = gen.webhook_verifier(provider)
+    if verifier is None:
         raise Problem(401, "webhooks from this provider are not accepted", slug="bad-webhook")
     try:
-        verifier: webhooks.WebhookVerifier = webhooks.StandardWebhooks(secrets)
-        verified = verifier.verify(request.headers, body, hub.clock.now_ms() / 1000)
+        verified = verifier.verify(request.headers, body, gen.hub.clock.now_ms() / 1000)
     except webhooks.WebhookVerificationError as exc:
         raise Problem(401, f"webhook refused: {exc.reason}", slug="bad-webhook") from None
     adapter = gen.providers.get(provider)

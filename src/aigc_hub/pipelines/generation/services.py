@@ -468,10 +468,24 @@ async def record_callback(
     gen: Generation, *, provider: str, webhook_id: str, body: bytes, result: ProviderResult
 ) -> CallbackOutcome:
     """Archive one verified webhook (deduplicated by its id) and, when its job is ours, stage
-    its ``StatusObserved`` in the outbox, in one transaction; what became of it."""
+    its ``StatusObserved`` in the outbox, in one transaction; what became of it.
+
+    Three statements: the job is looked up first, so the archive row is written once with
+    its final status (``applied`` or ``unmatched``); a duplicate's insert writes nothing.
+    """
     hub = gen.hub
     now = hub.clock.now_ms()
     async with hub.transaction() as conn:
+        job = (
+            await conn.execute(
+                sa.select(
+                    provider_jobs.c.task_id, provider_jobs.c.attempt_id, provider_jobs.c.tenant_id
+                ).where(
+                    provider_jobs.c.provider == provider,
+                    provider_jobs.c.provider_job_id == result.provider_job_id,
+                )
+            )
+        ).first()
         archived = (
             await conn.execute(
                 dialect_of(conn)
@@ -482,7 +496,9 @@ async def record_callback(
                     provider_job_id=result.provider_job_id,
                     body=body,
                     received_at=now,
-                    status="received",
+                    # Before our submit answer was recorded: polling and reconciliation
+                    # catch up.
+                    status="unmatched" if job is None else "applied",
                 )
                 .on_conflict_do_nothing()
                 .returning(callback_events.c.id)
@@ -490,21 +506,7 @@ async def record_callback(
         ).scalar_one_or_none()
         if archived is None:
             return "duplicate"
-        job = (
-            await conn.execute(
-                sa.select(provider_jobs).where(
-                    provider_jobs.c.provider == provider,
-                    provider_jobs.c.provider_job_id == result.provider_job_id,
-                )
-            )
-        ).first()
         if job is None:
-            # Before our submit answer was recorded: polling and reconciliation catch up.
-            await conn.execute(
-                sa.update(callback_events)
-                .where(callback_events.c.id == archived)
-                .values(status="unmatched")
-            )
             return "unmatched"
         observation = events.StatusObserved.of(
             result,
@@ -512,6 +514,7 @@ async def record_callback(
             attempt_id=job.attempt_id,
             provider=provider,
             source="callback",
+            callback_id=int(archived),
         )
         observed = Envelope.new(
             events.STATUS_OBSERVED,
@@ -522,9 +525,4 @@ async def record_callback(
             correlation_id=job.task_id,
         )
         await hub.outbox.add(conn, [observed])
-        await conn.execute(
-            sa.update(callback_events)
-            .where(callback_events.c.id == archived)
-            .values(status="applied")
-        )
     return "accepted"

@@ -21,6 +21,7 @@ from aigc_hub.pipelines.generation.adapters.base import ProviderAdapter
 from aigc_hub.pipelines.generation.probe import VideoInfo, probe_video
 from aigc_hub.pipelines.generation.providers import Providers
 from aigc_hub.pipelines.generation.settings import GenerationSettings
+from aigc_hub.reliability import webhooks
 from aigc_hub.reliability.slots import Slots
 
 if TYPE_CHECKING:
@@ -50,12 +51,24 @@ class Generation:
     settings: GenerationSettings
     providers: Providers
     slots: Slots
-    #: How fetched outputs are checked (ffprobe; tests without FFmpeg pass a fake).
+    #: How fetched outputs are checked (PyAV, else ffprobe; tests without FFmpeg pass a fake).
     probe: VideoProbe = probe_video
     #: Serializes scheduling passes within a process (across processes guarded updates do).
     schedule_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     rerun: bool = False
     scheduler: SchedulerStats = field(default_factory=SchedulerStats)
+    #: Webhook verifiers by provider, built once (None: that provider's webhooks are refused).
+    _verifiers: dict[str, webhooks.WebhookVerifier | None] = field(
+        default_factory=dict, init=False, repr=False
+    )
+
+    def webhook_verifier(self, provider: str) -> webhooks.WebhookVerifier | None:
+        """The verifier of ``provider``'s webhooks (its secrets decoded once), or None when
+        none are configured. Raises WebhookSecretError for a malformed secret."""
+        if provider not in self._verifiers:
+            secrets = self.settings.webhook_secrets(provider)
+            self._verifiers[provider] = webhooks.StandardWebhooks(secrets) if secrets else None
+        return self._verifiers[provider]
 
     async def close(self) -> None:
         """Close the provider clients."""

@@ -1,9 +1,11 @@
 """Output fetch: download a finished job's result into our storage (seed 004 §3.6.5).
 
-The URL is asked for again right before downloading (the one in a webhook may have expired;
-it is never stored). The object key is deterministic per attempt, so a repeated fetch
-overwrites the same object instead of making a second one. Until the media plane lands, a
-probed, valid MP4 goes POST_PROCESSING → SUCCEEDED in the same transaction.
+The URL comes from the archived webhook that reported the success when it has a while to
+live (read from the archive, never copied into business rows or events); otherwise, or when
+that download fails, a status query right before downloading gives a fresh one. The object
+key is deterministic per attempt, so a repeated fetch overwrites the same object instead of
+making a second one. Until the media plane lands, a probed, valid MP4 goes POST_PROCESSING →
+SUCCEEDED in the same transaction.
 """
 
 from __future__ import annotations
@@ -20,8 +22,14 @@ from aigc_hub.core import ids
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import Retry
 from aigc_hub.pipelines.generation import events, records
-from aigc_hub.pipelines.generation.adapters.base import NormalizedStatus, ProviderError
-from aigc_hub.pipelines.generation.models import assets
+from aigc_hub.pipelines.generation.adapters.base import (
+    FetchedFile,
+    NormalizedStatus,
+    OutputAsset,
+    ProviderAdapter,
+    ProviderError,
+)
+from aigc_hub.pipelines.generation.models import assets, callback_events
 from aigc_hub.pipelines.generation.probe import InvalidMedia
 from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import TaskStatus
@@ -34,6 +42,8 @@ if TYPE_CHECKING:
     from aigc_hub.bootstrap import Hub
 
 BUCKET = "hub"
+#: An archived output URL is used only while it has at least this long to live.
+FRESH_FOR_MS = 60_000
 
 
 def object_key(tenant_id: str, task_id: str, attempt_id: str) -> str:
@@ -57,17 +67,9 @@ async def fetch_output(gen: Generation, env: Envelope, ctx: HandlerContext) -> l
         raise RuntimeError("the hub has no blob store: outputs cannot be kept")
     adapter = gen.providers.get(job.provider)
     try:
-        fresh = await adapter.query(
-            provider_job_id=job.provider_job_id, request_key=job.provider_request_key or ""
-        )
-        if fresh.normalized_status is not NormalizedStatus.SUCCEEDED or not fresh.output_assets:
-            raise ProviderError("no output to fetch yet", retry_class=fresh.retry_class)
         with tempfile.TemporaryDirectory(prefix="aigc-fetch-") as tmp:
-            fetched = await adapter.fetch_output(
-                fresh.output_assets[0],
-                Path(tmp) / "output.mp4",
-                max_bytes=gen.settings.max_output_bytes,
-            )
+            dest = Path(tmp) / "output.mp4"
+            fetched = await _download(gen, adapter, job, f.callback_id, dest)
             try:
                 info = await gen.probe(fetched.path)
             except InvalidMedia as exc:
@@ -85,7 +87,7 @@ async def fetch_output(gen: Generation, env: Envelope, ctx: HandlerContext) -> l
         current = await records.load(conn, f.task_id)
         if current is None or current["status"] != TaskStatus.OUTPUT_FETCHING.value:
             return []
-        await conn.execute(
+        inserted = await conn.execute(
             dialect_of(conn)
             .insert(assets)
             .values(
@@ -111,15 +113,20 @@ async def fetch_output(gen: Generation, env: Envelope, ctx: HandlerContext) -> l
                 created_at=now,
             )
             .on_conflict_do_nothing()
+            .returning(assets.c.id)
         )
-        found = (
-            await conn.execute(
-                sa.select(assets.c.id).where(
-                    assets.c.object_bucket == BUCKET, assets.c.object_key == key
+        found = inserted.scalar_one_or_none()
+        if found is None:  # a repeated fetch: the object key's asset is already there
+            found = (
+                await conn.execute(
+                    sa.select(assets.c.id).where(
+                        assets.c.object_bucket == BUCKET, assets.c.object_key == key
+                    )
                 )
-            )
-        ).scalar_one()
-        notes = await records.move(
+            ).scalar_one()
+        # Both moves are guarded and recorded; only the last one is announced (watchers
+        # re-read the task, and POST_PROCESSING is over before this commit is seen).
+        await records.move(
             conn,
             current,
             TaskStatus.POST_PROCESSING,
@@ -129,15 +136,71 @@ async def fetch_output(gen: Generation, env: Envelope, ctx: HandlerContext) -> l
             values={"result_asset_id": found},
             detail={"asset_id": found, "size_bytes": stored.size, "codec": info.codec},
         )
-        moved = await records.load(conn, f.task_id)
-        assert moved is not None
-        notes += await records.move(
+        moved = {
+            **current,
+            "status": TaskStatus.POST_PROCESSING.value,
+            "status_version": int(current["status_version"]) + 1,
+            "result_asset_id": found,
+        }
+        notes = await records.move(
             conn, moved, TaskStatus.SUCCEEDED, cause="output.ready", cause_env=env, now_ms=now
         )
         return [*notes]
 
     ctx.write(record)
     return []
+
+
+async def _download(
+    gen: Generation, adapter: ProviderAdapter, job: Any, callback_id: int | None, dest: Path
+) -> FetchedFile:
+    """Download the job's first output to ``dest``: from the URL in the archived webhook that
+    reported the success when it is still fresh, else (none, stale, or its download failed)
+    from the one a new status query gives. Raises ProviderError."""
+    archived = await _archived_output(gen, adapter, callback_id)
+    if archived is not None:
+        try:
+            return await adapter.fetch_output(
+                archived, dest, max_bytes=gen.settings.max_output_bytes
+            )
+        except ProviderError:
+            pass  # e.g. expired since: ask the provider for a fresh URL
+    fresh = await adapter.query(
+        provider_job_id=job.provider_job_id, request_key=job.provider_request_key or ""
+    )
+    if fresh.normalized_status is not NormalizedStatus.SUCCEEDED or not fresh.output_assets:
+        raise ProviderError("no output to fetch yet", retry_class=fresh.retry_class)
+    return await adapter.fetch_output(
+        fresh.output_assets[0], dest, max_bytes=gen.settings.max_output_bytes
+    )
+
+
+async def _archived_output(
+    gen: Generation, adapter: ProviderAdapter, callback_id: int | None
+) -> OutputAsset | None:
+    """The first output named by archived webhook ``callback_id`` if it reported success and
+    its URL is not about to expire; None otherwise (the caller asks the provider)."""
+    if callback_id is None:
+        return None
+    async with reader(gen.hub.engine) as conn:
+        body = (
+            await conn.execute(
+                sa.select(callback_events.c.body).where(callback_events.c.id == callback_id)
+            )
+        ).scalar_one_or_none()
+    if body is None:
+        return None
+    try:
+        result = adapter.parse_callback(body, {})
+    except ProviderError:
+        return None
+    if result.normalized_status is not NormalizedStatus.SUCCEEDED or not result.output_assets:
+        return None
+    asset = result.output_assets[0]
+    expires = asset.expires_at_ms
+    if expires is not None and expires - gen.hub.clock.now_ms() < FRESH_FOR_MS:
+        return None
+    return asset
 
 
 def _invalid(

@@ -1,7 +1,8 @@
 """Polling: the status channel for jobs without reliable callbacks, and the safety net for
 lost ones (seed 004 §3.6.4). The poll scanner emits ``PollRequested`` for jobs whose
 ``next_poll_at`` passed; this handler asks the provider (rate-limited per provider) and turns
-the answer into one ``StatusObserved``. Backoff: exponential with jitter, reset by progress.
+the answer into one ``StatusObserved``, applied in the same commit. Backoff: exponential
+with jitter, reset by progress.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import Retry
 from aigc_hub.pipelines.generation import events, records
 from aigc_hub.pipelines.generation.adapters.base import ProviderError
-from aigc_hub.pipelines.generation.handlers.submitter import observed
+from aigc_hub.pipelines.generation.handlers import observer
 from aigc_hub.pipelines.generation.models import provider_jobs
 from aigc_hub.pipelines.generation.rules import next_poll
 from aigc_hub.pipelines.generation.state import Generation
@@ -63,16 +64,12 @@ async def poll_job(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[
                 ),
             )
         )
-    return [
-        observed(
-            env,
-            result,
-            task_id=p.task_id,
-            attempt_id=p.attempt_id,
-            provider=attempt.provider,
-            source="poll",
-        )
-    ]
+    # Applied in this commit by the state handler's guarded apply (no event for it).
+    observation = events.StatusObserved.of(
+        result, task_id=p.task_id, attempt_id=p.attempt_id, provider=attempt.provider, source="poll"
+    )
+    observer.stage(gen, observation, env, ctx)
+    return []
 
 
 async def on_poll(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:

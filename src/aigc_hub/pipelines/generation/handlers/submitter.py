@@ -6,7 +6,9 @@ the handlers' one write outside the staged ones); a delivery that finds the mark
 already set (a crash or timeout after the call may have reached the provider) *queries by
 the request key* instead of submitting, and only a confirmed NOT_FOUND allows a new submit.
 No provider call happens inside a database transaction. Every other change (the submit's
-finish, SUBMIT_UNKNOWN) is staged with ``ctx.write`` and commits with the inbox mark.
+finish, SUBMIT_UNKNOWN) is staged with ``ctx.write`` and commits with the inbox mark; so is
+the answer itself, applied by the state handler's guarded apply (seed 004 §3.4 step 18a:
+the job recorded, the task SUBMITTED) rather than published for the observer to apply.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from aigc_hub.pipelines.generation.adapters.base import (
     ProviderResult,
     RetryClass,
 )
+from aigc_hub.pipelines.generation.handlers import observer
 from aigc_hub.pipelines.generation.models import task_attempts
 from aigc_hub.pipelines.generation.requests import request_of
 from aigc_hub.pipelines.generation.state import Generation
@@ -56,17 +59,20 @@ def observed(
     )
 
 
-def _observed(
-    cause: Envelope, d: events.AttemptDispatched, result: ProviderResult, source: str
-) -> Envelope:
-    return observed(
-        cause,
-        result,
-        task_id=d.task_id,
-        attempt_id=d.attempt_id,
-        provider=d.provider,
-        source=source,
+def _apply(
+    gen: Generation,
+    cause: Envelope,
+    d: events.AttemptDispatched,
+    result: ProviderResult,
+    source: str,
+    ctx: HandlerContext,
+) -> list[Envelope]:
+    """Stage the provider's answer through the one state handler's apply (no event)."""
+    observation = events.StatusObserved.of(
+        result, task_id=d.task_id, attempt_id=d.attempt_id, provider=d.provider, source=source
     )
+    observer.stage(gen, observation, cause, ctx)
+    return []
 
 
 async def submit_attempt(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:
@@ -104,12 +110,12 @@ async def submit_attempt(gen: Generation, env: Envelope, ctx: HandlerContext) ->
             result = await adapter.query(provider_job_id=None, request_key=d.request_key)
             if result.normalized_status is not NormalizedStatus.NOT_FOUND:
                 breaker.forfeit(d.attempt_id)  # no submit made: not a trial's outcome
-                return [_observed(env, d, result, "reconcile")]
+                return _apply(gen, env, d, result, "reconcile", ctx)
         if TaskStatus(task["status"]) is TaskStatus.CANCEL_REQUESTED:
             # Canceled before the provider ever had it: confirmed non-submission.
             breaker.forfeit(d.attempt_id)
             gone = ProviderResult(None, NormalizedStatus.NOT_FOUND)
-            return [_observed(env, d, gone, "submit")]
+            return _apply(gen, env, d, gone, "submit", ctx)
         callback = f"{gen.settings.callback_base_url.rstrip('/')}/v1/callbacks/{d.provider}"
         prepared = await adapter.prepare_input(
             request_of(task, request_key=d.request_key, callback_url=callback)
@@ -127,7 +133,7 @@ async def submit_attempt(gen: Generation, env: Envelope, ctx: HandlerContext) ->
         .where(task_attempts.c.id == d.attempt_id)
         .values(submit_finished_at=hub.clock.now_ms())
     )
-    return [_observed(env, d, result, "submit")]
+    return _apply(gen, env, d, result, "submit", ctx)
 
 
 def _submit_failed(
@@ -149,7 +155,7 @@ def _submit_failed(
         retry_class=exc.retry_class,
         provider_error_code=exc.code or "rejected",
     )
-    return [_observed(env, d, failed, "submit")]
+    return _apply(gen, env, d, failed, "submit", ctx)
 
 
 def mark_unknown(
