@@ -54,10 +54,6 @@ class VideoInfo:
     format_name: str
 
 
-class _NotHere(Exception):
-    """PyAV, kept to the MP4 header, cannot tell: ffprobe must."""
-
-
 async def probe_video(path: Path, *, timeout_s: float = 30.0) -> VideoInfo:
     """``path``'s video facts; InvalidMedia when it is not a readable video.
 
@@ -65,15 +61,13 @@ async def probe_video(path: Path, *, timeout_s: float = 30.0) -> VideoInfo:
     MediaToolMissing (a configuration error, retried later) when it is needed and missing.
     The read runs in a worker thread so a slow or hostile file never stalls the event loop.
     """
-    try:
-        return await asyncio.to_thread(read_mp4, path, timeout_s=timeout_s)
-    except _NotHere:
-        return await ffprobe_video(path, timeout_s=timeout_s)
+    found = await asyncio.to_thread(read_mp4, path, timeout_s=timeout_s)
+    return found if found is not None else await ffprobe_video(path, timeout_s=timeout_s)
 
 
-def read_mp4(path: Path, *, timeout_s: float = 30.0) -> VideoInfo:
+def read_mp4(path: Path, *, timeout_s: float = 30.0) -> VideoInfo | None:
     """An MP4's video facts read in process (blocking); InvalidMedia when it is not a
-    readable video; _NotHere when ffprobe must tell (see the module's docstring)."""
+    readable video; None when ffprobe must tell (see the module's docstring)."""
     try:
         with av.open(str(path), container_options=IN_PROCESS, timeout=timeout_s) as container:
             streams = container.streams.video
@@ -82,7 +76,7 @@ def read_mp4(path: Path, *, timeout_s: float = 30.0) -> VideoInfo:
             stream = streams[0]
             context = stream.codec_context
             if context is None or not (context.width and context.height):
-                raise _NotHere("no decoder for the codec, or no size in the header")
+                return None  # no decoder for the codec, or no size in the header
             if stream.duration is not None and stream.time_base is not None:
                 micros = round(stream.duration * stream.time_base * 1_000_000)
             else:
@@ -98,9 +92,8 @@ def read_mp4(path: Path, *, timeout_s: float = 30.0) -> VideoInfo:
                 frame_rate_den=rate.denominator if rate else 0,
                 format_name=container.format.name,
             )
-    except av.error.ArgumentError as exc:
-        # EINVAL is how libavformat refuses a container off the whitelist
-        raise _NotHere(str(exc)) from None
+    except av.error.ArgumentError:
+        return None  # EINVAL is how libavformat refuses a container off the whitelist
     except av.error.ExitError:
         raise InvalidMedia(f"probe timed out after {timeout_s:g} s") from None
     except av.error.FFmpegError as exc:
