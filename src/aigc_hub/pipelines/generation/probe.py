@@ -20,9 +20,6 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Final
 
-import av
-import av.error
-
 from aigc_hub.core import errors
 from aigc_hub.media import tools
 
@@ -68,6 +65,11 @@ async def probe_video(path: Path, *, timeout_s: float = 30.0) -> VideoInfo:
 def read_mp4(path: Path, *, timeout_s: float = 30.0) -> VideoInfo | None:
     """An MP4's video facts read in process (blocking); InvalidMedia when it is not a
     readable video; None when ffprobe must tell (see the module's docstring)."""
+    # Imported here: loading FFmpeg's libraries costs ≈80 ms, which every CLI call and hub
+    # start would pay although only the fetcher probes.
+    import av
+    import av.error
+
     try:
         with av.open(str(path), container_options=IN_PROCESS, timeout=timeout_s) as container:
             streams = container.streams.video
