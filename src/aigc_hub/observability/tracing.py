@@ -102,6 +102,26 @@ def otel_available() -> bool:
         return False
 
 
+_sdk_seen = False
+
+
+def sdk_configured() -> bool:
+    """True when OpenTelemetry is installed and a real (SDK) tracer provider is set globally.
+
+    Cheap enough to ask per event (about a microsecond while no SDK is set). A global
+    provider, once set, cannot be replaced, so the positive answer is remembered.
+    """
+    global _sdk_seen
+    if _sdk_seen:
+        return True
+    if not otel_available():
+        return False
+    from opentelemetry import trace
+
+    _sdk_seen = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    return _sdk_seen
+
+
 @contextlib.contextmanager
 def consumer_span(
     name: str,

@@ -138,17 +138,18 @@ class ConsumerGroupRuntime:
             on_parked=self._mark_parked,
             on_released=self._mark_released,
         )
-        self._chain = compose(
-            [
-                Metrics(),
-                Tracing(),
-                DeadLetter(self.failures),
-                RetryInProcess(deps.in_process),
-                *extra_middleware,
-                Timeout(spec.timeout),
-            ],
-            self._terminal,
-        )
+        # Built once per group; a layer that would do nothing for it is left out, not skipped
+        # per event.
+        chain: list[Middleware] = [
+            Metrics(),
+            Tracing(),
+            DeadLetter(self.failures),
+            RetryInProcess(deps.in_process),
+            *extra_middleware,
+        ]
+        if spec.timeout is not None:
+            chain.append(Timeout(spec.timeout))
+        self._chain = compose(chain, self._terminal)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

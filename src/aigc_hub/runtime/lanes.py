@@ -107,6 +107,6 @@ class Lanes(Generic[T]):
                     return
                 lane.popleft()
         except Exception:
-            log.exception("lane %r of %s failed unexpectedly; the key stays blocked", key, self.name)
+            log.exception("lane %r of %s failed; the key stays blocked", key, self.name)
             return
         del self._lanes[key]
