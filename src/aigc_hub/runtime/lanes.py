@@ -84,7 +84,9 @@ class Lanes(Generic[T]):
         self._halted = True
 
     def cancel(self) -> None:
-        """Cancel every worker (items in flight are abandoned)."""
+        """Halt, and cancel every worker (items in flight are abandoned)."""
+        # Halted for good: a worker cancelled before its first step never runs its finally.
+        self._halted = True
         for task in self._tasks:
             task.cancel()
 
