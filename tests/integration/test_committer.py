@@ -150,3 +150,18 @@ async def test_a_checkpoint_commits_before_it_returns_and_must_say_why(db: Async
     assert (result, keys, woken) == (7, ["intent"], ["relay"])
     with pytest.raises(ValueError, match="must say why"):
         await checkpoint(db, "  ", record)
+
+
+@pytest.mark.parametrize("batch", [1, 600])
+async def test_seen_finds_exactly_the_marked_ids_of_this_consumer(
+    db: AsyncEngine, batch: int
+) -> None:
+    ids = [fx.request(f"k{i}", i).event_id for i in range(batch)]
+    marked = ids[::2]
+    async with db.begin() as conn:
+        await inbox.mark(conn, "g1", marked, 1)
+        await inbox.mark(conn, "g2", ids, 1)  # another consumer's marks do not count
+    async with db.connect() as conn:
+        assert await inbox.seen(conn, "g1", ids) == set(marked)
+        assert await inbox.seen(conn, "g1", []) == set()
+        assert await inbox.seen(conn, "g3", ids) == set()

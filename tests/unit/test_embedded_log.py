@@ -182,3 +182,30 @@ async def test_brokers_of_one_file_wake_each_other_without_polling(
     finally:
         await reader.close()
         await writer.close()
+
+
+async def test_a_fetch_reads_the_generation_with_the_partition_ends(
+    broker: EmbeddedBroker,
+) -> None:
+    await broker.ensure_topics([TopicSpec("t", 3, None)])
+    consumer = broker.consumer("g", ["t"])
+    assert await consumer.fetch(10, 0) == []  # joins the group
+    statements: list[str] = []
+
+    def record(_conn: object, _cursor: object, sql: str, *_args: object) -> None:
+        statements.append(sql.split()[0].upper())
+
+    # Readers use an engine of their own beside the writer's: listen on every engine.
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", record)
+    try:
+        assert await consumer.fetch(10, 0) == []
+        idle = list(statements)
+        await broker.publish(msgs("t", 4))
+        statements.clear()
+        assert len(await consumer.fetch(10, 0)) == 4
+        busy = list(statements)
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", record)
+        await consumer.close()
+    assert [s for s in idle if s == "SELECT"] == ["SELECT"]  # generation and ends together
+    assert [s for s in busy if s == "SELECT"] == ["SELECT", "SELECT"]  # ... then the records

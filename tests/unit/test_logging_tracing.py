@@ -214,3 +214,93 @@ def test_consumer_span_records_errors_and_starts_a_trace_without_headers() -> No
     assert finished.parent is None
     assert finished.status.status_code is StatusCode.ERROR
     provider.shutdown()
+
+
+def _sdk_provider() -> Any:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+def test_sdk_configured_believes_no_sdk_for_a_while_then_keeps_a_yes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry import trace
+
+    monkeypatch.setattr(tracing, "_sdk_seen", False)
+    monkeypatch.setattr(tracing, "_no_sdk_at", None)
+    monkeypatch.setattr(tracing, "NO_SDK_RECHECK_S", 3600.0)
+    assert not tracing.sdk_configured()  # the test process sets no global provider
+    provider, _ = _sdk_provider()
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: provider)
+    assert not tracing.sdk_configured()  # "no" is believed within the re-check time
+    monkeypatch.setattr(tracing, "NO_SDK_RECHECK_S", 0.0)
+    assert tracing.sdk_configured()
+    monkeypatch.setattr(trace, "get_tracer_provider", trace.ProxyTracerProvider)
+    assert tracing.sdk_configured()  # a global provider cannot be unset: "yes" is kept
+    provider.shutdown()
+
+
+async def _traced_run(envelope: Envelope) -> tuple[list[Envelope], str | None]:
+    from aigc_hub.core.clock import ManualClock
+    from aigc_hub.messaging.base import Record
+    from aigc_hub.runtime.context import HandlerContext
+    from aigc_hub.runtime.middleware.tracing import Tracing
+
+    headers = hub_headers.for_envelope(
+        envelope.event_id, envelope.event_type, 1, envelope.trace_id, None
+    )
+    record = Record("test.things", 0, 7, envelope.key, envelope.to_bytes(), headers, 0)
+    ctx = HandlerContext(
+        consumer="g",
+        pipeline="test",
+        record=record,
+        engine=None,  # type: ignore[arg-type]
+        clock=ManualClock(),
+    )
+    seen_trace: str | None = None
+
+    async def handler(env: Envelope, _ctx: HandlerContext) -> list[Envelope]:
+        nonlocal seen_trace
+        ids = tracing.current_ids()
+        seen_trace = ids[0] if ids else None
+        hub_logging.get_logger("test").info("handled")
+        return [env]
+
+    return await Tracing()(handler, envelope, ctx), seen_trace
+
+
+@pytest.mark.parametrize("with_sdk", [False, True])
+async def test_tracing_middleware_binds_the_event_and_spans_only_with_an_sdk(
+    stream: io.StringIO, monkeypatch: pytest.MonkeyPatch, with_sdk: bool
+) -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry import trace
+
+    provider, exporter = _sdk_provider()
+    monkeypatch.setattr(tracing, "_sdk_seen", False)
+    monkeypatch.setattr(tracing, "_no_sdk_at", None)
+    if with_sdk:
+        monkeypatch.setattr(trace, "get_tracer_provider", lambda: provider)
+    env = _envelope()
+
+    emitted, seen_trace = await _traced_run(env)
+
+    assert emitted == [env]
+    (line,) = [line for line in _lines(stream) if line["logger"] == "test"]
+    assert line["event"] == "handled" and line["event_id"] == env.event_id
+    assert line["trace_id"] == TRACE and line["consumer"] == "g"
+    if with_sdk:
+        (span,) = exporter.get_finished_spans()
+        assert span.name == "test.things process" and seen_trace == TRACE
+    else:
+        assert exporter.get_finished_spans() == () and seen_trace is None
+    hub_logging.get_logger("test").info("after")
+    assert "event_id" not in _lines(stream)[-1]  # the binding ended with the run
+    provider.shutdown()

@@ -309,10 +309,8 @@ class EmbeddedConsumer:
     async def _read(self, max_records: int) -> tuple[int, list[Any]]:
         """The group's generation and up to ``max_records`` rows of owned partitions."""
         async with self.broker.reading() as conn:
-            generation = await self._current_generation(conn)
             shift = next(self._rotation)
-            rows = await reads.read_owned(conn, self._positions, max_records, shift)
-        return generation, rows
+            return await reads.read_owned(conn, self.group, self._positions, max_records, shift)
 
     def _names(self, tp_ids: Iterable[int]) -> set[TopicPartition]:
         return {self.broker.directory.name(tp) for tp in tp_ids}

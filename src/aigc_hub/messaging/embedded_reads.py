@@ -20,17 +20,26 @@ TERMS_PER_SELECT = 100
 
 
 async def read_owned(
-    conn: AsyncConnection, positions: Mapping[int, int], max_records: int, shift: int
-) -> list[Any]:
-    """Rows ``(tp_id, offset, key, value, headers, timestamp_ms)`` from each partition's position.
+    conn: AsyncConnection,
+    group: str | None,
+    positions: Mapping[int, int],
+    max_records: int,
+    shift: int,
+) -> tuple[int, list[Any]]:
+    """The group's generation (0 for no group, e.g. a tail), and rows ``(tp_id, offset, key,
+    value, headers, timestamp_ms)`` from each owned partition's position.
 
-    Partitions come in turn (starting at ``shift``), each one's rows in offset order.
+    Partitions come in turn (starting at ``shift``), each one's rows in offset order. One
+    statement reads the generation with the partitions' ends, and a second one the records
+    only when some are there: an idle fetch costs one statement.
     """
-    if not positions:
-        return []
-    p = schema.partitions
-    ends = await conn.execute(sa.select(p.c.id, p.c.next_offset).where(p.c.id.in_(list(positions))))
-    available = {tp: end - positions[tp] for tp, end in ends if end > positions[tp]}
+    generation = 0
+    available: dict[int, int] = {}
+    for tp, end in await conn.execute(_ENDS, {"grp": group, "tp_ids": list(positions)}):
+        if tp == _GENERATION_ROW:
+            generation = end
+        elif end > positions[tp]:
+            available[tp] = end - positions[tp]
     quotas = list(fair_quotas(available, max_records, shift).items())
     rows: list[Any] = []
     for start in range(0, len(quotas), TERMS_PER_SELECT):
@@ -38,7 +47,19 @@ async def read_owned(
         rows.extend(await conn.execute(range_select(ranges)))
     rank = {tp: i for i, (tp, _) in enumerate(quotas)}
     rows.sort(key=lambda row: (rank[row[0]], row[1]))
-    return rows
+    return generation, rows
+
+
+#: The tp_id of the row carrying the group's generation in ``_ENDS`` (partition ids are > 0).
+_GENERATION_ROW = -1
+_ENDS = sa.union_all(
+    sa.select(sa.literal(_GENERATION_ROW), schema.groups.c.generation).where(
+        schema.groups.c.grp == sa.bindparam("grp")
+    ),
+    sa.select(schema.partitions.c.id, schema.partitions.c.next_offset).where(
+        schema.partitions.c.id.in_(sa.bindparam("tp_ids", expanding=True))
+    ),
+)
 
 
 def fair_quotas(available: Mapping[int, int], max_records: int, shift: int) -> dict[int, int]:

@@ -60,8 +60,8 @@ class EmbeddedTail:
         while not self._closed:
             self._wake.clear()  # an append from now on sets it again: none is missed
             async with broker.reading() as conn:
-                rows = await reads.read_owned(
-                    conn, self._positions, max_records, next(self._rotation)
+                _, rows = await reads.read_owned(
+                    conn, None, self._positions, max_records, next(self._rotation)
                 )
             if rows:
                 return reads.to_records(rows, broker.directory, self._positions)

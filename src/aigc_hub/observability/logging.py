@@ -35,20 +35,55 @@ class EnvelopeLike(Protocol):
     def trace_id(self) -> str | None: ...
 
 
-#: The event being handled by the current task: one context variable set per event, read only
-#: when a line is actually logged (binding five structlog context variables per event cost
-#: more than the rest of the middleware together).
-_current_event: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+class _Binding:
+    """An event bound to the logs; its values are worked out only when a line is logged."""
+
+    __slots__ = ("consumer", "envelope", "extra", "outer")
+
+    def __init__(
+        self,
+        envelope: EnvelopeLike,
+        consumer: str | None,
+        extra: dict[str, Any] | None,
+        outer: _Binding | None,
+    ) -> None:
+        self.envelope = envelope
+        self.consumer = consumer
+        self.extra = extra
+        self.outer = outer
+
+    def values(self) -> dict[str, Any]:
+        """The keys to put on a line: the outer binding's, overridden by this one's."""
+        values = self.outer.values() if self.outer is not None else {}
+        values["event_id"] = self.envelope.event_id
+        for key in ("trace_id", "event_type", "tenant_id"):
+            value = getattr(self.envelope, key, None)
+            if value is not None:
+                values[key] = value
+        if self.consumer is not None:
+            values["consumer"] = self.consumer
+        if self.extra:
+            values.update({k: v for k, v in self.extra.items() if v is not None})
+        return values
+
+
+#: The event being handled by the current task: one context variable set per event, its keys
+#: computed only when a line is actually logged (binding five structlog context variables per
+#: event cost more than the rest of the middleware together).
+_current_event: contextvars.ContextVar[_Binding | None] = contextvars.ContextVar(
     "aigc_hub_event", default=None
 )
+
+#: What :func:`enter_event` returns and :func:`leave_event` takes back.
+EventToken = contextvars.Token[_Binding | None]
 
 
 def _merge_event(
     _logger: Any, _method: str, event_dict: structlog.typing.EventDict
 ) -> structlog.typing.EventDict:
     bound = _current_event.get()
-    if bound:
-        for key, value in bound.items():
+    if bound is not None:
+        for key, value in bound.values().items():
             event_dict.setdefault(key, value)
     return event_dict
 
@@ -104,6 +139,20 @@ def get_logger(name: str | None = None) -> structlog.stdlib.BoundLogger:
     return structlog.stdlib.get_logger(name)
 
 
+def enter_event(envelope: EnvelopeLike, consumer: str | None = None, **extra: Any) -> EventToken:
+    """Bind the envelope's ids to this task's log lines until :func:`leave_event`.
+
+    The per-event path's form of :func:`bind_event`: no generator, and nothing is computed
+    unless a line is logged. Pass the returned token to :func:`leave_event`, in a ``finally``.
+    """
+    return _current_event.set(_Binding(envelope, consumer, extra, _current_event.get()))
+
+
+def leave_event(token: EventToken) -> None:
+    """Restore the bindings that were current before the matching :func:`enter_event`."""
+    _current_event.reset(token)
+
+
 @contextlib.contextmanager
 def bind_event(envelope: EnvelopeLike, consumer: str | None = None, **extra: Any) -> Iterator[None]:
     """Within the block, every log line of this task carries the envelope's ids.
@@ -111,20 +160,11 @@ def bind_event(envelope: EnvelopeLike, consumer: str | None = None, **extra: Any
     Binds ``event_id`` and, when set, ``trace_id``, ``event_type``, ``tenant_id``,
     ``consumer`` and ``extra``; restores the previous bindings on exit (nesting is safe).
     """
-    values: dict[str, Any] = {"event_id": envelope.event_id}
-    for key in ("trace_id", "event_type", "tenant_id"):
-        value = getattr(envelope, key, None)
-        if value is not None:
-            values[key] = value
-    if consumer is not None:
-        values["consumer"] = consumer
-    values.update({k: v for k, v in extra.items() if v is not None})
-    outer = _current_event.get()
-    token = _current_event.set({**outer, **values} if outer else values)
+    token = enter_event(envelope, consumer, **extra)
     try:
         yield
     finally:
-        _current_event.reset(token)
+        leave_event(token)
 
 
 def bind(**values: Any) -> None:

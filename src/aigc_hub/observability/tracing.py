@@ -14,6 +14,7 @@ import functools
 import importlib.util
 import re
 import secrets
+import time
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -100,6 +101,34 @@ def otel_available() -> bool:
         return importlib.util.find_spec("opentelemetry.trace") is not None
     except ModuleNotFoundError:
         return False
+
+
+#: When sdk_configured() last found no SDK (monotonic seconds); it asks again after a while.
+_no_sdk_at: float | None = None
+_sdk_seen = False
+#: How long "no SDK" is believed: an SDK set later gets spans within this time.
+NO_SDK_RECHECK_S = 1.0
+
+
+def sdk_configured() -> bool:
+    """True when OpenTelemetry is installed and a real (SDK) tracer provider is set globally.
+
+    Asked per event, so it is cheap: OpenTelemetry's own check reads the environment on every
+    call while no provider is set, so "no SDK" is believed for ``NO_SDK_RECHECK_S``. A global
+    provider, once set, cannot be replaced, so the positive answer is kept for good.
+    """
+    global _no_sdk_at, _sdk_seen
+    if _sdk_seen:
+        return True
+    now = time.monotonic()
+    if _no_sdk_at is not None and now - _no_sdk_at < NO_SDK_RECHECK_S:
+        return False
+    if otel_available():
+        from opentelemetry import trace
+
+        _sdk_seen = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    _no_sdk_at = None if _sdk_seen else now
+    return _sdk_seen
 
 
 @contextlib.contextmanager

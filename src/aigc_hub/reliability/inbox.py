@@ -74,9 +74,20 @@ async def seen(conn: AsyncConnection, consumer: str, event_ids: Iterable[str]) -
     wanted = list(event_ids)
     if not wanted:
         return set()
+    if dialect_of(conn).name == "postgresql":
+        # Asked once per fetched batch: one array parameter keeps the SQL text (and the
+        # server's plan) the same for every batch size, as in mark().
+        rows = await conn.execute(_PG_SEEN, {"consumer": consumer, "ids": wanted})
+        return {row[0] for row in rows}
     rows = await conn.execute(
         sa.select(INBOX.c.event_id).where(
             INBOX.c.consumer == consumer, INBOX.c.event_id.in_(wanted)
         )
     )
     return {row[0] for row in rows}
+
+
+_PG_SEEN = sa.text(
+    "SELECT event_id FROM inbox "
+    "WHERE consumer = :consumer AND event_id = ANY(CAST(:ids AS varchar[]))"
+)

@@ -83,7 +83,12 @@ class Committer:
         self.max_batch = max_batch
         self.max_wait = max_wait
         self.on_emitted = on_emitted
-        self._queue: asyncio.Queue[Outcome] = asyncio.Queue()
+        self._pending: list[Outcome] = []
+        #: Set when the first outcome arrives and when a batch is full.
+        self._arrived = asyncio.Event()
+        #: Set while nothing is pending or being committed (what close() waits for).
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._task: asyncio.Task[None] | None = None
         self.commits = 0
 
@@ -94,9 +99,14 @@ class Committer:
         :class:`CommitFailed` when the whole transaction failed.
         """
         self._ensure_running()
-        outcome.future = asyncio.get_running_loop().create_future()
-        await self._queue.put(outcome)
-        return await outcome.future
+        future: asyncio.Future[CommitStatus] = asyncio.get_running_loop().create_future()
+        outcome.future = future
+        pending = self._pending
+        pending.append(outcome)
+        if len(pending) == 1 or len(pending) >= self.max_batch:
+            self._arrived.set()
+        self._idle.clear()
+        return await future
 
     def _ensure_running(self) -> None:
         if self._task is None or self._task.done():
@@ -105,7 +115,7 @@ class Committer:
     async def close(self) -> None:
         """Stop after committing what is queued."""
         if self._task is not None:
-            await self._queue.join()
+            await self._idle.wait()
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
@@ -114,29 +124,24 @@ class Committer:
     async def _run(self) -> None:
         last_size = 1
         while True:
-            first = await self._queue.get()
-            batch = [first]
-            loop = asyncio.get_running_loop()
+            if not self._pending:
+                self._idle.set()
+                self._arrived.clear()
+                await self._arrived.wait()
+                continue
             # Adaptive, like Nagle: under light load (last batch was a single outcome) commit
-            # at once; under load wait up to max_wait so a batch can fill.
-            wait = self.max_wait if last_size > 1 else 0.0
-            deadline = loop.time() + wait
-            while len(batch) < self.max_batch:
-                remaining = deadline - loop.time()
-                if remaining <= 0 and self._queue.empty():
-                    break
-                try:
-                    batch.append(
-                        self._queue.get_nowait()
-                        if not self._queue.empty()
-                        else await asyncio.wait_for(self._queue.get(), max(remaining, 0))
-                    )
-                except TimeoutError:
-                    break
+            # at once; under load wait up to max_wait after the first so a batch can fill.
+            # Outcomes queue in a list and a timer bounds the wait: no task per wait.
+            if last_size > 1 and len(self._pending) < self.max_batch:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.max_wait):
+                        while len(self._pending) < self.max_batch:
+                            self._arrived.clear()
+                            await self._arrived.wait()
+            batch = self._pending[: self.max_batch]
+            del self._pending[: self.max_batch]
             await self._commit(batch)
             last_size = len(batch)
-            for _ in batch:
-                self._queue.task_done()
 
     async def _commit(self, batch: list[Outcome]) -> None:
         results: dict[int, CommitStatus | BaseException] = {}

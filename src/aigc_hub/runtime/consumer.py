@@ -1,7 +1,8 @@
 """A consumer group's runtime: per-key order, bounded concurrency across keys, safe offsets.
 
 Records are fetched in batches and queued per key; each key has one lane that handles its
-records strictly in order, and at most ``concurrency`` records run at once across lanes. A
+records strictly in order, a bounded pool of worker tasks serves the lanes (see
+:mod:`~aigc_hub.runtime.lanes`), and at most ``concurrency`` handlers run at once. A
 partition's offset is committed only up to the highest contiguous finished record, so a
 crash redelivers exactly what was not finished (the inbox absorbs what was). A key with a
 parked record holds its later records behind it; other keys are never held up.
@@ -12,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -34,6 +34,7 @@ from aigc_hub.reliability.redelivery import Parked, ParkRequest, RedeliveryStore
 from aigc_hub.runtime.committer import Always, CommitStatus, Committer, Outcome
 from aigc_hub.runtime.context import HandlerContext
 from aigc_hub.runtime.failures import FailureRouter
+from aigc_hub.runtime.lanes import Lanes
 from aigc_hub.runtime.middleware import Middleware, compose
 from aigc_hub.runtime.middleware.dead_letter import DeadLetter
 from aigc_hub.runtime.middleware.metrics import Metrics
@@ -44,6 +45,11 @@ from aigc_hub.runtime.offsets import OffsetTracker
 from aigc_hub.store.engine import reader
 
 log = logging.getLogger(__name__)
+
+#: Worker tasks serving a group's lanes (unless more handler slots are configured). Waiting
+#: for the group commit holds a worker but no slot, so the pool is two group commits' worth
+#: (the committer's default batch is 256): one batch commits while the next one fills.
+LANE_WORKERS = 512
 
 #: How often due redeliveries are looked for when nothing wakes the timer (seed 002: 5 s).
 TIMER_SCAN_S = 5.0
@@ -93,6 +99,7 @@ class ConsumerGroupRuntime:
         concurrency: int | None = None,
         max_in_flight: int = 2000,
         fetch_batch: int = 500,
+        lane_workers: int | None = None,
         extra_middleware: tuple[Middleware, ...] = (),
     ) -> None:
         self.spec = spec
@@ -103,8 +110,11 @@ class ConsumerGroupRuntime:
         self.fetch_batch = fetch_batch
         self.parked: set[str] = set()
         self.tracker = OffsetTracker()
-        self._lanes: dict[str, deque[_Item]] = {}
-        self._lane_tasks: set[asyncio.Task[None]] = set()
+        self.lanes: Lanes[_Item] = Lanes(
+            self._serve,
+            workers=lane_workers or max(self.concurrency, LANE_WORKERS),
+            name=f"{self.group}-lane",
+        )
         self._slots = asyncio.Semaphore(self.concurrency)
         self._room = asyncio.Event()
         self._room.set()
@@ -128,17 +138,18 @@ class ConsumerGroupRuntime:
             on_parked=self._mark_parked,
             on_released=self._mark_released,
         )
-        self._chain = compose(
-            [
-                Metrics(),
-                Tracing(),
-                DeadLetter(self.failures),
-                RetryInProcess(deps.in_process),
-                *extra_middleware,
-                Timeout(spec.timeout),
-            ],
-            self._terminal,
-        )
+        # Built once per group; a layer that would do nothing for it is left out, not skipped
+        # per event.
+        chain: list[Middleware] = [
+            Metrics(),
+            Tracing(),
+            DeadLetter(self.failures),
+            RetryInProcess(deps.in_process),
+            *extra_middleware,
+        ]
+        if spec.timeout is not None:
+            chain.append(Timeout(spec.timeout))
+        self._chain = compose(chain, self._terminal)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -164,9 +175,10 @@ class ConsumerGroupRuntime:
                 await self._finish_lanes(shutdown_deadline)
         finally:
             crashed = self._crash is not None
-            for task in [*helpers, *self._lane_tasks]:
+            tasks = [*helpers, *self.lanes.tasks()]
+            for task in tasks:
                 task.cancel()
-            for task in [*helpers, *self._lane_tasks]:
+            for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Crash, Exception):
                     await task
             if not crashed:
@@ -191,10 +203,8 @@ class ConsumerGroupRuntime:
                 await self._dispatch(records)
 
     async def _finish_lanes(self, deadline: float) -> None:
-        if self._lane_tasks:
-            _done, pending = await asyncio.wait(set(self._lane_tasks), timeout=deadline)
-            for task in pending:
-                task.cancel()
+        if not await self.lanes.join(deadline):
+            self.lanes.cancel()
 
     # -- dispatch ----------------------------------------------------------------------------
 
@@ -224,32 +234,17 @@ class ConsumerGroupRuntime:
         return rec.key if rec.key is not None else f"\x00{rec.topic}/{rec.partition}/{rec.offset}"
 
     def _enqueue(self, item: _Item) -> None:
-        key = self._lane_key(item)
-        lane = self._lanes.get(key)
-        if lane is not None:
-            lane.append(item)
-            return
-        self._lanes[key] = deque([item])
-        task = asyncio.create_task(self._run_lane(key), name=f"{self.group}-lane")
-        self._lane_tasks.add(task)
-        task.add_done_callback(self._lane_tasks.discard)
+        self.lanes.put(self._lane_key(item), item)
 
-    async def _run_lane(self, key: str) -> None:
-        lane = self._lanes[key]
+    async def _serve(self, item: _Item) -> None:
         try:
-            while lane:
-                item = lane[0]
-                outcome = await self._handle(item)
-                lane.popleft()
-                self._finish(item, outcome)
+            outcome = await self._handle(item)
         except Crash as crash:
+            # Die as a killed process would: this record and every queued one stay unfinished.
             self._crash = crash
-        except Exception:
-            log.exception("lane %r of %s failed unexpectedly", key, self.group)
-            raise
-        finally:
-            if self._lanes.get(key) is lane and not lane:
-                del self._lanes[key]
+            self.lanes.halt()
+            return
+        self._finish(item, outcome)
 
     def _finish(self, item: _Item, outcome: HandlingOutcome) -> None:
         self._consumed(self.group, item.record.topic, outcome).inc()

@@ -79,7 +79,7 @@ async def checkpoint(
     return result
 
 
-@dataclass
+@dataclass(slots=True)
 class HandlerContext:
     """Per-delivery context. Writes staged here commit with the inbox mark, atomically."""
 

@@ -11,18 +11,23 @@ from aigc_hub.runtime.middleware import Next
 
 
 class Tracing:
-    """Open a consumer span (a no-op without OpenTelemetry) and bind the event to the logs."""
+    """Open a consumer span (only when an OpenTelemetry SDK is set) and bind the event to the
+    logs (computed only if a line is logged), so the common no-SDK path costs two context
+    variable writes per event."""
 
     async def __call__(
         self, call_next: Next, envelope: Envelope, ctx: HandlerContext
     ) -> list[Envelope]:
         """Run the rest of the chain inside the span and the log binding."""
-        with (
-            tracing.consumer_span(
+        token = hub_logging.enter_event(envelope, ctx.consumer)
+        try:
+            if not tracing.sdk_configured():
+                return await call_next(envelope, ctx)
+            with tracing.consumer_span(
                 f"{ctx.record.topic} process",
                 ctx.record.headers,
                 attributes={"messaging.consumer.group.name": ctx.consumer},
-            ),
-            hub_logging.bind_event(envelope, consumer=ctx.consumer),
-        ):
-            return await call_next(envelope, ctx)
+            ):
+                return await call_next(envelope, ctx)
+        finally:
+            hub_logging.leave_event(token)
