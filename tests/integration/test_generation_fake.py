@@ -3,56 +3,24 @@ provider: what the hub makes of webhooks and of every event arriving twice."""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from aigc_hub.interfaces.http.app import create_app
 from aigc_hub.pipelines.generation import events
 from aigc_hub.pipelines.generation.adapters.base import NormalizedStatus as N
 from aigc_hub.pipelines.generation.states import TaskStatus as S
 from aigc_hub.reliability import webhooks
-from aigc_hub.testing import FakeJob, FakeProvider, JobScript, Step, Submit
-from tests.support.fake_generation import WEBHOOK_SECRET, FakeGeneration, fake_generation
-
-_ids = itertools.count(1)
-
-#: Webhooks are JSON; the gateway refuses other content types (415).
-JSON = {"content-type": "application/json"}
-
-
-class Gateway:
-    """Posts signed webhooks of the fake provider to the hub's callback route."""
-
-    def __init__(self, g: FakeGeneration, http: httpx.AsyncClient) -> None:
-        self.g, self.http = g, http
-
-    async def send(self, job: FakeJob, *, body: bytes | None = None, msg_id: str = "") -> str:
-        """Post the job's current state (or ``body``); the gateway's answer."""
-        body = body if body is not None else self.g.provider.callback_body(job)
-        msg_id = msg_id or f"msg_{next(_ids)}"
-        ts = self.g.clock.now_ms() // 1000
-        headers = {**webhooks.sign_headers(WEBHOOK_SECRET, msg_id, ts, body), **JSON}
-        response = await self.http.post(
-            f"/v1/callbacks/{self.g.provider.name}", content=body, headers=headers
-        )
-        assert response.status_code == 202, response.text
-        status: str = response.json()["status"]
-        return status
+from aigc_hub.testing import FakeProvider, JobScript, Step, Submit
+from tests.support.callback_gateway import JSON, Gateway, gateway_for
+from tests.support.fake_generation import WEBHOOK_SECRET, fake_generation
 
 
 @pytest.fixture
 async def gateway(db_url: str, tmp_path: Path) -> AsyncIterator[Gateway]:
-    # The gateway holds webhook secrets for the providers that sign (local, replicate):
-    # the fake stands in for the local provider here.
-    provider = FakeProvider("local", default=JobScript(steps=[]))
-    async with fake_generation(db_url, tmp_path, provider) as g:
-        transport = httpx.ASGITransport(app=create_app(g.hub))
-        async with httpx.AsyncClient(transport=transport, base_url="http://hub") as http:
-            yield Gateway(g, http)
+    async with gateway_for(db_url, tmp_path) as made:
+        yield made
 
 
 async def test_callbacks_move_a_task_to_success_and_a_repeated_one_is_a_duplicate(

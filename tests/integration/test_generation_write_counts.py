@@ -7,26 +7,20 @@ webhook's output instead of asking the provider again."""
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import httpx
 import pytest
 import sqlalchemy as sa
 
-from aigc_hub.interfaces.http.app import create_app
 from aigc_hub.pipelines.generation import events
 from aigc_hub.pipelines.generation.adapters.base import NormalizedStatus as N
 from aigc_hub.pipelines.generation.models import callback_events
 from aigc_hub.pipelines.generation.states import TaskStatus as S
-from aigc_hub.reliability import notifications, webhooks
-from aigc_hub.testing import FakeJob, FakeProvider, JobScript
-from tests.support.fake_generation import WEBHOOK_SECRET, FakeGeneration, fake_generation
+from aigc_hub.reliability import notifications
+from aigc_hub.testing import JobScript
+from tests.support.callback_gateway import Gateway, gateway_for
 from tests.support.write_counts import WriteCounts, counting_writes
-
-_ids = itertools.count(1)
-JSON = {"content-type": "application/json"}
 
 #: Transactions that are the backbone's bookkeeping, not the task's: the relay marking rows
 #: published, scanner leases.
@@ -44,35 +38,10 @@ MAX_TASK_TRANSACTIONS = 16
 MAX_TASK_EVENTS = 14
 
 
-class Gateway:
-    """Posts signed webhooks of the fake provider to the hub's callback route."""
-
-    def __init__(self, g: FakeGeneration, http: httpx.AsyncClient) -> None:
-        self.g, self.http = g, http
-
-    async def send(self, job: FakeJob, *, msg_id: str = "") -> str:
-        """Post the job's current state; the gateway's answer."""
-        body = self.g.provider.callback_body(job)
-        msg_id = msg_id or f"msg_{next(_ids)}"
-        headers = {
-            **webhooks.sign_headers(WEBHOOK_SECRET, msg_id, self.g.clock.now_ms() // 1000, body),
-            **JSON,
-        }
-        response = await self.http.post(
-            f"/v1/callbacks/{self.g.provider.name}", content=body, headers=headers
-        )
-        assert response.status_code == 202, response.text
-        status: str = response.json()["status"]
-        return status
-
-
 @pytest.fixture
 async def gateway(db_url: str, tmp_path: Path) -> AsyncIterator[Gateway]:
-    provider = FakeProvider("local", default=JobScript(steps=[]))
-    async with fake_generation(db_url, tmp_path, provider) as g:
-        transport = httpx.ASGITransport(app=create_app(g.hub))
-        async with httpx.AsyncClient(transport=transport, base_url="http://hub") as http:
-            yield Gateway(g, http)
+    async with gateway_for(db_url, tmp_path) as made:
+        yield made
 
 
 def task_transactions(counts: WriteCounts) -> list[tuple[str, ...]]:
