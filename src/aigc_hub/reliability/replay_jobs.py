@@ -108,9 +108,21 @@ class ReplayJobs:
         )
         self.tasks[job_id] = task
         task.add_done_callback(lambda _t: self.tasks.pop(job_id, None))
-        job = await self.get(job_id)
-        assert job is not None
-        return job
+        # The row as inserted: re-reading it would race the task, which may already be running.
+        return Job(
+            id=job_id,
+            kind=KIND,
+            status=QUEUED,
+            total=total,
+            done=0,
+            failed=0,
+            params=params,
+            actor=actor,
+            error=None,
+            created_at=now,
+            updated_at=now,
+            finished_at=None,
+        )
 
     async def get(self, job_id: str) -> Job | None:
         """The job row, or None when unknown."""
