@@ -142,6 +142,26 @@ audit_log = sa.Table(
     sa.Index("ix_audit_log_at", "at"),
 )
 
+#: Moderation decisions (seed 004 §3.3.3-13): every review of a prompt, an asset or a
+#: generated output, with the policy and model that decided it, the rules hit and where the
+#: evidence is kept. Appended, never updated; the subject's row holds the latest verdict.
+moderation_decisions = sa.Table(
+    "moderation_decisions",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("tenant_id", sa.String(36), nullable=False),
+    sa.Column("subject_kind", sa.String(40), nullable=False, comment="prompt | asset | output"),
+    sa.Column("subject_id", sa.String(64), nullable=False),
+    sa.Column("stage", sa.String(20), nullable=False, comment="input | output"),
+    sa.Column("verdict", sa.String(20), nullable=False),
+    sa.Column("policy_version", sa.String(40), nullable=False),
+    sa.Column("model_version", sa.String(80), nullable=False),
+    sa.Column("hit_rules", sa.JSON, nullable=False),
+    sa.Column("evidence_ref", sa.String(300), nullable=True),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Index("ix_moderation_decisions_subject", "subject_kind", "subject_id"),
+)
+
 #: Who may call the HTTP API on whose behalf; every business row carries a ``tenant_id``.
 tenants = sa.Table(
     "tenants",

@@ -123,7 +123,19 @@ assets = sa.Table(
     sa.Column("codec", sa.String(40), nullable=True),
     sa.Column("variant_profile", sa.String(60), nullable=True),
     sa.Column("created_at", sa.BigInteger, nullable=False),
+    # The media plane (issue 12): uploads, probe facts, variants and their job key.
+    sa.Column("audio_codec", sa.String(40), nullable=True, comment="None: no audio stream"),
+    sa.Column("upload_id", sa.String(200), nullable=True, comment="multipart upload in flight"),
+    sa.Column("status_reason", sa.String(300), nullable=True, comment="why REJECTED/FAILED"),
+    sa.Column("pipeline_version", sa.String(40), nullable=True, comment="variants: media-vN"),
+    sa.Column("moderation_verdict", sa.String(20), nullable=True),
+    sa.Column("updated_at", sa.BigInteger, nullable=True),
     sa.UniqueConstraint("object_bucket", "object_key"),
+    # Seed 004 §3.8.1: a media job is (source, profile, pipeline version); a redelivery finds it.
+    sa.UniqueConstraint(
+        "source_asset_id", "variant_profile", "pipeline_version", name="uq_assets_variant_job"
+    ),
+    sa.Index("ix_assets_source_asset_id", "source_asset_id"),
 )
 
 #: Append-only credit movements; each has one business key, so no action happens twice.
