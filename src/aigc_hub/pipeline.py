@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 #: A consumer handler: does its outside work, stages its writes on ``ctx``, returns events.
 Handler = Callable[["Envelope", "HandlerContext"], Awaitable[list["Envelope"]]]
+#: Why a consumer group must stop taking records now, or None to go on.
+PauseCheck = Callable[[], "str | None"]
 
 #: Builds a pipeline's scanner once the hub (engine, outbox, clock…) exists.
 ScannerFactory = Callable[["Hub"], "Scanner"]
@@ -128,6 +130,9 @@ class HandlerSpec:
     concurrency: int = 4
     timeout: float | None = None
     pipeline: str = ""
+    #: Asked before each fetch: a reason to stop taking work (a full scratch disk), or None.
+    #: Records stay in the broker meanwhile (seed 004 §3.9.4: pause consumption, not the API).
+    pause: PauseCheck | None = None
 
 
 @dataclass(frozen=True)
@@ -245,6 +250,8 @@ class Pipeline(PipelineBase, Generic[S]):
     #: Handlers and scanners that receive the state, bound at :meth:`start`.
     state_handlers: dict[str, StateHandler[S]] = field(default_factory=dict)
     state_scanners: list[StateScannerFactory[S]] = field(default_factory=list)
+    #: Pause checks of state handlers' groups, bound at :meth:`start` like the handlers.
+    state_pauses: dict[str, Callable[[S], str | None]] = field(default_factory=dict)
 
     @property
     def key(self) -> StateKey[S]:
@@ -264,7 +271,11 @@ class Pipeline(PipelineBase, Generic[S]):
             return super().start(hub, settings)
         state = self.state(hub, settings)
         handlers = [
-            replace(spec, handler=_bound(self.state_handlers[spec.group], state))
+            replace(
+                spec,
+                handler=_bound(self.state_handlers[spec.group], state),
+                pause=_bound_pause(self.state_pauses.get(spec.group), state),
+            )
             if spec.group in self.state_handlers
             else spec
             for spec in self.handlers
@@ -287,8 +298,13 @@ class Pipeline(PipelineBase, Generic[S]):
         *,
         concurrency: int = 4,
         timeout: float | None = None,
+        pause: Callable[[S], str | None] | None = None,
     ) -> Callable[[StateHandler[S]], StateHandler[S]]:
-        """Like :meth:`handler` for ``fn(state, env, ctx)``: the hub binds the state at start."""
+        """Like :meth:`handler` for ``fn(state, env, ctx)``: the hub binds the state at start.
+
+        ``pause(state)``, when given, is asked before each fetch: a reason string makes the
+        group stop taking records until it answers None again (backpressure from a resource
+        the handler needs, such as scratch disk)."""
 
         def register(fn: StateHandler[S]) -> StateHandler[S]:
             self.handlers.append(
@@ -302,6 +318,8 @@ class Pipeline(PipelineBase, Generic[S]):
                 )
             )
             self.state_handlers[group] = fn
+            if pause is not None:
+                self.state_pauses[group] = pause
             return fn
 
         return register
@@ -314,6 +332,13 @@ def _bound(fn: StateHandler[S], state: S) -> Handler:
         return await fn(state, env, ctx)
 
     return handle
+
+
+def _bound_pause(check: Callable[[S], str | None] | None, state: S) -> PauseCheck | None:
+    """``check`` with the state fixed, or None when the group has none."""
+    if check is None:
+        return None
+    return lambda: check(state)
 
 
 def _bound_scanner(factory: StateScannerFactory[S], state: S) -> ScannerFactory:

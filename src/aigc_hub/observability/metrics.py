@@ -104,6 +104,11 @@ INBOX_DUPLICATES = Counter(
     ["group"],
 )
 PARKED_KEYS = Gauge("aigc_hub_parked_keys", "Keys parked for delayed redelivery.", ["group"])
+CONSUMER_PAUSED = Gauge(
+    "aigc_hub_consumer_paused",
+    "1 while a consumer group takes no records because its pause check says so (backpressure).",
+    ["group"],
+)
 COMMIT_BATCH = Histogram(
     "aigc_hub_commit_batch_size",
     "Events per group commit.",

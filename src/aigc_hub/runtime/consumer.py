@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 #: (the committer's default batch is 256): one batch commits while the next one fills.
 LANE_WORKERS = 512
 
+#: How often a paused group asks its pause check again.
+PAUSE_RECHECK_S = 0.5
+
 #: How often due redeliveries are looked for when nothing wakes the timer (seed 002: 5 s).
 TIMER_SCAN_S = 5.0
 
@@ -127,6 +130,7 @@ class ConsumerGroupRuntime:
         self._timer_scans = 0
         self._crash: BaseException | None = None
         self._consumer: Consumer | None = None
+        self._pause_reason: str | None = None
         self.finished = 0
         self._consumed = metrics.Children(metrics.CONSUMED)
         self.failures = FailureRouter(
@@ -192,6 +196,8 @@ class ConsumerGroupRuntime:
 
     async def _fetch_loop(self, consumer: Consumer, stop: asyncio.Event) -> None:
         while not stop.is_set() and self._crash is None:
+            if self.spec.pause is not None and await self._paused(stop):
+                continue
             room = self.max_in_flight - self.tracker.in_flight()
             if room <= 0:
                 self._room.clear()
@@ -201,6 +207,26 @@ class ConsumerGroupRuntime:
             records = await consumer.fetch(min(room, self.fetch_batch), timeout=0.1)
             if records:
                 await self._dispatch(records)
+
+    async def _paused(self, stop: asyncio.Event) -> bool:
+        """True (after a short wait) while the group's pause check gives a reason. Records
+        stay in the broker: a Kafka member keeps polling in its own thread and pauses its
+        partitions once its buffer is full, so the group keeps its membership."""
+        assert self.spec.pause is not None
+        reason = self.spec.pause()
+        if reason is None:
+            if self._pause_reason is not None:
+                log.info("consumer group %s resumes", self.group)
+                metrics.CONSUMER_PAUSED.labels(self.group).set(0)
+                self._pause_reason = None
+            return False
+        if reason != self._pause_reason:
+            log.warning("consumer group %s paused: %s", self.group, reason)
+            metrics.CONSUMER_PAUSED.labels(self.group).set(1)
+            self._pause_reason = reason
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), PAUSE_RECHECK_S)
+        return True
 
     async def _finish_lanes(self, deadline: float) -> None:
         if not await self.lanes.join(deadline):
