@@ -246,6 +246,22 @@ async def test_put_replaces_the_object(engine: Engine, tenant: str) -> None:
     assert await engine.store.get(key) == b"newer"
 
 
+async def test_list_objects_gives_the_keys_under_a_prefix_in_order(
+    engine: Engine, tenant: str
+) -> None:
+    store = engine.store
+    prefix = f"t/{tenant}/asset/"
+    made = [keys.object_key(tenant, "asset", f"a{i}", "v.bin") for i in (3, 1, 2)]
+    other = keys.object_key(tenant, "render", "r1", "v.bin")
+    for n, key in enumerate([*made, other]):
+        await store.put(key, b"x" * (n + 1), "application/x-test")
+    await store.delete(made[0])
+    listed = [item async for item in store.list_objects(prefix)]
+    assert [(item.key, item.size) for item in listed] == [(made[1], 2), (made[2], 3)]
+    assert all(item.modified_ms > 0 for item in listed)
+    assert [item async for item in store.list_objects(f"t/{tenant}/nothing/")] == []
+
+
 async def test_missing_key_is_blob_not_found(engine: Engine, tenant: str) -> None:
     key = keys.object_key(tenant, "asset", "nope", "missing.bin")
     assert await engine.store.head(key) is None

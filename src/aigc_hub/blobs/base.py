@@ -70,6 +70,15 @@ class BlobInfo:
 
 
 @dataclass(frozen=True)
+class Listed:
+    """One object :meth:`BlobStore.list_objects` found: key, size, last write (epoch ms)."""
+
+    key: str
+    size: int
+    modified_ms: int
+
+
+@dataclass(frozen=True)
 class PresignedPut:
     """A signed upload: PUT the body to ``url`` sending exactly ``headers`` (they are signed).
 
@@ -127,6 +136,11 @@ class BlobStore(Protocol):
 
     async def delete(self, key: str) -> None:
         """Remove the object; deleting an absent key is not an error (at-least-once callers)."""
+        ...
+
+    def list_objects(self, prefix: str) -> AsyncIterator[Listed]:
+        """Every object whose key starts with ``prefix``, in key order (reconciliation:
+        the orphan scanner compares them with the asset rows)."""
         ...
 
     async def close(self) -> None:

@@ -170,6 +170,13 @@ class LocalBlobStore:
         """Remove the object (metadata first, so it vanishes at once); absent is fine."""
         await asyncio.to_thread(self._delete, keys.check_key(key))
 
+    async def list_objects(self, prefix: str) -> AsyncIterator[base.Listed]:
+        """Objects under ``prefix`` in key order, read from their metadata files (an object
+        exists iff its metadata does); pages of a thousand, each read in a worker thread."""
+        found = await asyncio.to_thread(self._list, prefix)
+        for listed in found:
+            yield listed
+
     # -- signed URLs -----------------------------------------------------------------------
 
     async def presign_get(self, key: str, expires_s: int) -> str:
@@ -376,6 +383,19 @@ class LocalBlobStore:
         except BaseException:
             spool.discard()
             raise
+
+    def _list(self, prefix: str) -> list[base.Listed]:
+        meta_root = self.root / "meta"
+        found: list[base.Listed] = []
+        for path in meta_root.rglob("*.json"):
+            key = path.relative_to(meta_root).as_posix().removesuffix(".json")
+            if not key.startswith(prefix):
+                continue
+            with contextlib.suppress(FileNotFoundError):  # deleted while we walked
+                stat = path.stat()
+                size = int(json.loads(path.read_text())["size"])
+                found.append(base.Listed(key, size, int(stat.st_mtime * 1000)))
+        return sorted(found, key=lambda listed: listed.key)
 
     def _delete(self, key: str) -> None:
         for path in (self._meta_path(key), self._data_path(key)):

@@ -213,6 +213,22 @@ class S3BlobStore:
         """Remove the object; S3 deletes of absent keys succeed."""
         await self._call(self._client.delete_object, Key=keys.check_key(key))
 
+    async def list_objects(self, prefix: str) -> AsyncIterator[base.Listed]:
+        """Objects under ``prefix`` in key order (ListObjectsV2, a thousand per page)."""
+        token: str | None = None
+        while True:
+            page = await self._call(
+                self._client.list_objects_v2,
+                Prefix=prefix,
+                **({"ContinuationToken": token} if token else {}),
+            )
+            for item in page.get("Contents", []):
+                modified = item["LastModified"]
+                yield base.Listed(item["Key"], int(item["Size"]), int(modified.timestamp() * 1000))
+            if not page.get("IsTruncated"):
+                return
+            token = page.get("NextContinuationToken")
+
     # -- presigned URLs (signed locally, no request) -------------------------------------
 
     def _presign(self, operation: str, expires_s: int, **params: Any) -> str:
