@@ -94,6 +94,10 @@ provider_jobs = sa.Table(
     sa.Column("raw_response_ref", sa.String(200), nullable=True),
     sa.Column("created_at", sa.BigInteger, nullable=False),
     sa.Column("updated_at", sa.BigInteger, nullable=False),
+    # When the provider's output URL stops working (its answer said so), and when a fetch
+    # was last sent on the urgent queue for it: the expiry scanner reads both.
+    sa.Column("output_expires_at", sa.BigInteger, nullable=True),
+    sa.Column("urgent_fetch_at", sa.BigInteger, nullable=True),
     sa.UniqueConstraint("provider", "provider_job_id"),
     sa.Index("ix_provider_jobs_next_poll", "next_poll_at"),
 )

@@ -1,4 +1,5 @@
-"""The media plane: upload and variant columns on assets, moderation decisions.
+"""The media plane: upload and variant columns on assets, output expiry on provider jobs,
+moderation decisions.
 
 Revision ID: 0005
 Revises: 0004
@@ -56,6 +57,10 @@ def upgrade() -> None:
         )
         batch_op.create_index("ix_assets_source_asset_id", ["source_asset_id"], unique=False)
 
+    with op.batch_alter_table("provider_jobs", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("output_expires_at", sa.BigInteger(), nullable=True))
+        batch_op.add_column(sa.Column("urgent_fetch_at", sa.BigInteger(), nullable=True))
+
     op.create_table(
         "moderation_decisions",
         sa.Column(
@@ -92,6 +97,9 @@ def downgrade() -> None:
     with op.batch_alter_table("moderation_decisions", schema=None) as batch_op:
         batch_op.drop_index("ix_moderation_decisions_subject")
     op.drop_table("moderation_decisions")
+    with op.batch_alter_table("provider_jobs", schema=None) as batch_op:
+        batch_op.drop_column("urgent_fetch_at")
+        batch_op.drop_column("output_expires_at")
     with op.batch_alter_table("assets", schema=None) as batch_op:
         batch_op.drop_index("ix_assets_source_asset_id")
         batch_op.drop_constraint("uq_assets_variant_job", type_="unique")
