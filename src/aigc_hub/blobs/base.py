@@ -21,9 +21,11 @@ suite instead of checking classes.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol, TypeAlias
 
 from aigc_hub.core.errors import PermanentError
@@ -184,6 +186,17 @@ class MultipartUploads(Protocol):
     async def abort_multipart(self, key: str, upload_id: str) -> None:
         """Drop the upload and its parts; aborting an unknown upload is not an error."""
         ...
+
+
+async def file_chunks(path: Path, chunk_size: int = CHUNK_SIZE) -> AsyncIterator[bytes]:
+    """A local file as :data:`Data` for :meth:`BlobStore.put`: read in chunks in a worker
+    thread, so a large file is never whole in memory and never stalls the event loop."""
+    handle = await asyncio.to_thread(path.open, "rb")
+    try:
+        while chunk := await asyncio.to_thread(handle.read, chunk_size):
+            yield chunk
+    finally:
+        await asyncio.to_thread(handle.close)
 
 
 def check_expires(expires_s: int) -> int:

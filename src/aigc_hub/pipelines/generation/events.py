@@ -1,8 +1,9 @@
 """The generation pipeline's topics (seed 004 §3.5.3) and versioned event payloads; envelopes
 carry ids, never media or URLs.
 
-The seed names the topics without numbers: 12 partitions and 7 days each. Four carry today's
-events; media, render, billing and reconcile are the seed's names for the next steps.
+The seed names the topics without numbers: 12 partitions and 7 days each. Render, billing
+and reconcile are the seed's names for the next steps; ``output.fetch.urgent`` is ours (the
+seed's high-priority queue for expiring URLs).
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ DISPATCH = "generation.dispatch"
 OBSERVE = "provider.status.observe"
 POLL = "provider.poll"
 FETCH = "output.fetch"
+#: Outputs whose URL expires soon: their own queue and consumer group, so a backlog of
+#: ordinary fetches never makes one miss its window (seed 004 §3.9.3-4).
+FETCH_URGENT = "output.fetch.urgent"
+MEDIA = "media.process"
 
 TASK_QUEUED = "generation.task.queued"
 ATTEMPT_DISPATCHED = "generation.attempt.dispatched"
@@ -24,6 +29,8 @@ CANCEL_REQUESTED = "generation.cancel.requested"
 STATUS_OBSERVED = "generation.provider.status_observed"
 POLL_REQUESTED = "generation.poll.requested"
 FETCH_REQUESTED = "generation.output.fetch_requested"
+FETCH_URGENT_REQUESTED = "generation.output.fetch_urgent"
+MEDIA_PROCESS_REQUESTED = "generation.media.process_requested"
 SLOT_FREED = "generation.slot.freed"
 
 TOPIC_NAMES = (
@@ -31,7 +38,8 @@ TOPIC_NAMES = (
     OBSERVE,
     POLL,
     FETCH,
-    "media.process",
+    FETCH_URGENT,
+    MEDIA,
     "render.execute",
     "billing.command",
     "reconcile.command",
@@ -93,6 +101,9 @@ class StatusObserved(pydantic.BaseModel):
             retry_class=result.retry_class.value,
             actual_cost=result.actual_cost,
             output_count=len(result.output_assets),
+            output_expires_at_ms=(
+                result.output_assets[0].expires_at_ms if result.output_assets else None
+            ),
             observed_at_ms=result.observed_at_ms,
             source=source,
             callback_id=callback_id,
@@ -108,6 +119,8 @@ class StatusObserved(pydantic.BaseModel):
     retry_class: str = "none"
     actual_cost: int | None = None
     output_count: int = 0
+    #: When the first output's URL stops working, where the provider says (not the URL).
+    output_expires_at_ms: int | None = None
     observed_at_ms: int | None = None
     source: str  # "callback" | "poll" | "submit" | "reconcile"
     #: The archived webhook this came from (``callback_events.id``): its body names the
@@ -132,6 +145,13 @@ class FetchRequested(pydantic.BaseModel):
     callback_id: int | None = None
 
 
+class MediaProcessRequested(pydantic.BaseModel):
+    """A task's output is stored as ``source_asset_id``: make its variants and review it."""
+
+    task_id: str
+    source_asset_id: str
+
+
 def register(pipeline: PipelineBase) -> None:
     """Declare every generation topic on ``pipeline``, and every payload with its topic."""
     for name in TOPIC_NAMES:
@@ -151,3 +171,5 @@ def register(pipeline: PipelineBase) -> None:
     pipeline.event(STATUS_OBSERVED, topic=OBSERVE)(StatusObserved)
     pipeline.event(POLL_REQUESTED, topic=POLL)(PollRequested)
     pipeline.event(FETCH_REQUESTED, topic=FETCH)(FetchRequested)
+    pipeline.event(FETCH_URGENT_REQUESTED, topic=FETCH_URGENT)(FetchRequested)
+    pipeline.event(MEDIA_PROCESS_REQUESTED, topic=MEDIA)(MediaProcessRequested)

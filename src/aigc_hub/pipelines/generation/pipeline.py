@@ -13,7 +13,11 @@ concurrency pool (seed 004 §3.2.9), each handled by its module in ``handlers/``
 * ``generation-submitter`` — submit and cancel calls to providers;
 * ``generation-observer`` — the one state handler for ``provider.status.observe``;
 * ``generation-poller`` — provider status queries on ``provider.poll``;
-* ``generation-fetcher`` — output downloads on ``output.fetch``.
+* ``generation-fetcher`` — output downloads on ``output.fetch``;
+* ``generation-fetcher-urgent`` — the same for outputs whose URL expires soon, on
+  ``output.fetch.urgent``, so they never wait behind ordinary fetches;
+* ``generation-media`` — the media worker on ``media.process`` (variants, output review),
+  paused while its scratch disk is past the high-water mark.
 """
 
 from __future__ import annotations
@@ -24,7 +28,15 @@ import sqlalchemy as sa
 
 from aigc_hub.pipeline import Pipeline, TimelineEntry
 from aigc_hub.pipelines.generation import events, http, models
-from aigc_hub.pipelines.generation.handlers import fetcher, observer, poller, scheduler, submitter
+from aigc_hub.pipelines.generation.handlers import (
+    fetcher,
+    media,
+    media_variants,
+    observer,
+    poller,
+    scheduler,
+    submitter,
+)
 from aigc_hub.pipelines.generation.models import task_events
 from aigc_hub.pipelines.generation.scanners import factories, state_factories
 from aigc_hub.pipelines.generation.settings import GenerationSettings
@@ -71,6 +83,16 @@ pipeline.handler_with_state("generation-poller", [events.POLL], concurrency=8, t
 pipeline.handler_with_state("generation-fetcher", [events.FETCH], concurrency=2, timeout=600)(
     fetcher.on_fetch
 )
+pipeline.handler_with_state(
+    "generation-fetcher-urgent", [events.FETCH_URGENT], concurrency=2, timeout=600
+)(fetcher.on_fetch)
+pipeline.handler_with_state(
+    "generation-media",
+    [events.MEDIA],
+    concurrency=2,
+    timeout=1800,
+    pause=media_variants.disk_pressure,
+)(media.on_media)
 
 
 @pipeline.timeline

@@ -125,7 +125,7 @@ async def move(
     )
     if to.terminal:
         actual_cost = changes.get("actual_cost", task["actual_cost"])
-        await close_ledger(conn, task, to, now_ms, actual_cost=actual_cost)
+        await close_ledger(conn, {**task, **changes}, to, now_ms, actual_cost=actual_cost)
     return list(moved.events)
 
 
@@ -144,6 +144,10 @@ async def move_attempt(
     return await transitions.move_from_any(conn, ATTEMPT_ROWS, attempt_id, to=to, values=values)
 
 
+#: The failure class of output that moderation refused (its hold is released, not charged).
+MODERATION = "moderation"
+
+
 async def close_ledger(
     conn: AsyncConnection,
     task: Mapping[str, Any],
@@ -157,6 +161,8 @@ async def close_ledger(
 
     SUCCEEDED charges the actual cost (the estimate when the provider told none); FAILED
     and CANCELED charge what the provider reports it billed, else release the whole hold.
+    Output refused by moderation is never charged (the tenant gets nothing to use): its whole
+    hold is released, and what the provider billed stays recorded on the task as our cost.
     The one rule for the normal path and the ledger scanner, so both pick the same business
     key and only one of them can write it.
     """
@@ -165,6 +171,8 @@ async def close_ledger(
     if to is TaskStatus.SUCCEEDED and actual is None:
         actual = task["estimated_cost"]
     ids = {"tenant_id": task["tenant_id"], "task_id": task["id"], "now_ms": now_ms}
+    if to is TaskStatus.FAILED and task.get("failure_class") == MODERATION:
+        actual = None
     if to is TaskStatus.SUCCEEDED or actual:  # success settles even at zero cost
         settled = await ledger.settle(conn, reserved=reserved, actual=int(actual or 0), **ids)
         return ledger.EntryType.SETTLE, settled

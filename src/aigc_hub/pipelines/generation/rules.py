@@ -147,3 +147,11 @@ def ended_by_provider(
         "failure_class": "provider",
         "failure_code": error_code or "provider_failed",
     }
+
+
+def fetch_is_urgent(expires_at_ms: int | None, now_ms: int, settings: GenerationSettings) -> bool:
+    """An output whose URL stops working within ``urgent_fetch_within_s`` goes on the urgent
+    queue (seed 004 §3.9.3-4); one with no stated expiry does not."""
+    if expires_at_ms is None:
+        return False
+    return expires_at_ms - now_ms <= settings.urgent_fetch_within_s * 1000

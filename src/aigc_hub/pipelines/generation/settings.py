@@ -100,6 +100,34 @@ class GenerationSettings(BaseSettings):
     running_silence_s: float = Field(300.0, description="no observation this long: poll now")
     cancel_deadline_s: float = Field(300.0, description="CANCEL_REQUESTED unanswered: cancel")
     fetch_deadline_s: float = Field(600.0, description="OUTPUT_FETCHING stuck: fetch again")
+    post_processing_deadline_s: float = Field(
+        900.0, description="POST_PROCESSING stuck: process again"
+    )
+    urgent_fetch_within_s: float = Field(
+        900.0, description="an output URL expiring sooner than this is fetched on the urgent queue"
+    )
+
+    media_profiles: str = Field(
+        "proxy,hls,poster,thumbnails,waveform",
+        description="variants every output needs before it is SUCCEEDED, comma separated "
+        "(proxy, hls, poster, thumbnails, waveform); empty = none",
+    )
+    output_review: bool = Field(
+        True,
+        description="moderation reviews frames sampled from every output (black, frozen or "
+        "wrong-length video) before it is SUCCEEDED",
+    )
+    media_scratch_dir: str = Field(
+        "", description="where media jobs get their scratch folders (default: the temp dir)"
+    )
+    media_disk_high_water: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="media.process consumption pauses while the scratch disk is fuller than "
+        "this fraction",
+    )
+    media_timeout_s: float = Field(600.0, description="longest one FFmpeg run may take")
 
     max_output_bytes: int = Field(2 * 1024**3, description="largest output accepted")
     max_attempts: int = Field(3, description="attempts per task (confirmed non-acceptance only)")
@@ -132,6 +160,19 @@ class GenerationSettings(BaseSettings):
                 raise ValueError(f"AIGC_HUB_GEN_TENANT_WEIGHTS: bad entry {entry!r}")
             found[tenant.strip()] = weight
         return found
+
+    def media_profile_list(self) -> list[str]:
+        """The required variant profiles, in the order they are made."""
+        return _split(self.media_profiles)
+
+    @field_validator("media_profiles")
+    @classmethod
+    def _known_profiles(cls, value: str) -> str:
+        known = ("proxy", "hls", "poster", "thumbnails", "waveform")
+        unknown = [p for p in _split(value) if p not in known]
+        if unknown:
+            raise ValueError(f"AIGC_HUB_GEN_MEDIA_PROFILES: unknown {unknown}; known: {known}")
+        return value
 
     def provider_names(self) -> list[str]:
         return [p.strip() for p in self.providers.split(",") if p.strip()]

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import SecretStr
 
+from aigc_hub.media.sandbox import MediaLimits
+from aigc_hub.moderation import Moderation, make_moderation
 from aigc_hub.pipeline import StateKey
 from aigc_hub.pipelines.generation.adapters.base import ProviderAdapter
 from aigc_hub.pipelines.generation.probe import VideoInfo, probe_video
@@ -57,6 +59,8 @@ class Generation:
     schedule_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     rerun: bool = False
     scheduler: SchedulerStats = field(default_factory=SchedulerStats)
+    #: Reviews prompts (creating path) and outputs (media worker): the backbone's moderation.
+    moderation: Moderation = field(default_factory=make_moderation)
     #: Webhook verifiers by provider, built once (None: that provider's webhooks are refused).
     _verifiers: dict[str, webhooks.WebhookVerifier | None] = field(
         default_factory=dict, init=False, repr=False
@@ -69,6 +73,16 @@ class Generation:
             secrets = self.settings.webhook_secrets(provider)
             self._verifiers[provider] = webhooks.StandardWebhooks(secrets) if secrets else None
         return self._verifiers[provider]
+
+    def media_limits(self) -> MediaLimits:
+        """The limits every media job of this pipeline runs under."""
+        return MediaLimits(
+            max_bytes=self.settings.max_output_bytes, timeout_s=self.settings.media_timeout_s
+        )
+
+    def scratch_root(self) -> Path | None:
+        """Where media jobs make their scratch folders (None: the system's temp dir)."""
+        return Path(self.settings.media_scratch_dir) if self.settings.media_scratch_dir else None
 
     async def close(self) -> None:
         """Close the provider clients."""
@@ -162,9 +176,11 @@ def build(
     settings: GenerationSettings | None = None,
     adapters: Sequence[ProviderAdapter] | None = None,
     probe: VideoProbe = probe_video,
+    moderation: Moderation | None = None,
 ) -> Generation:
     """A Generation for ``hub``: ``settings`` (default: the environment), the adapters they
-    name unless ``adapters`` are given, and ``probe`` to check fetched outputs."""
+    name unless ``adapters`` are given, ``probe`` to check fetched outputs, and
+    ``moderation`` (default: the local one, :func:`~aigc_hub.moderation.make_moderation`)."""
     settings = settings or GenerationSettings()
     return Generation(
         hub=hub,
@@ -181,6 +197,7 @@ def build(
             ttl_ms=int(settings.slot_ttl_s * 1000),
         ),
         probe=probe,
+        moderation=moderation or make_moderation(),
     )
 
 

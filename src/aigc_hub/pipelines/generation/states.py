@@ -56,9 +56,9 @@ TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
     S.SUBMITTED: frozenset({S.RUNNING, S.OUTPUT_FETCHING, S.FAILED, S.CANCEL_REQUESTED}),
     S.RUNNING: frozenset({S.OUTPUT_FETCHING, S.FAILED, S.CANCEL_REQUESTED}),
     S.OUTPUT_FETCHING: frozenset({S.POST_PROCESSING, S.FAILED}),
-    # No post-processing step can fail yet: the fetch that enters POST_PROCESSING leaves it
-    # in the same transaction. The media plane adds POST_PROCESSING -> FAILED with its worker.
-    S.POST_PROCESSING: frozenset({S.SUCCEEDED}),
+    # The media worker ends it: every required variant made and the output review passed
+    # (SUCCEEDED), or the review rejected it or the output cannot be processed (FAILED).
+    S.POST_PROCESSING: frozenset({S.SUCCEEDED, S.FAILED}),
     # The provider's answer decides: it finished anyway (success wins) or it stopped; a job
     # that failed after the tenant asked to stop ends CANCELED too (seed §3.7.2: "by business
     # rule deemed canceled"), so no cancel ends FAILED.

@@ -4,8 +4,11 @@ The URL comes from the archived webhook that reported the success when it has a 
 live (read from the archive, never copied into business rows or events); otherwise, or when
 that download fails, a status query right before downloading gives a fresh one. The object
 key is deterministic per attempt, so a repeated fetch overwrites the same object instead of
-making a second one. Until the media plane lands, a probed, valid MP4 goes POST_PROCESSING →
-SUCCEEDED in the same transaction.
+making a second one. A probed, valid MP4 is stored (streamed, never whole in memory) as the
+task's source asset, and the task moves OUTPUT_FETCHING → POST_PROCESSING with a
+``media.process`` request in the same transaction: the media worker makes its variants
+(``handlers/media_variants.py``). ``generation-fetcher-urgent`` runs the same handler on the
+urgent queue, for outputs whose URL expires soon.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from aigc_hub.blobs.base import file_chunks
 from aigc_hub.core import ids
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import Retry
@@ -76,7 +80,7 @@ async def fetch_output(gen: Generation, env: Envelope, ctx: HandlerContext) -> l
                 _invalid(hub, env, task, str(exc), ctx)
                 return []
             key = object_key(task["tenant_id"], task["id"], f.attempt_id)
-            stored = await hub.blobs.put(key, fetched.path.read_bytes(), "video/mp4")
+            stored = await hub.blobs.put(key, file_chunks(fetched.path), "video/mp4")
     except ProviderError as exc:
         # Expired URL, 5xx, not ready: fetch again later (the fetch scanner is the backstop).
         raise Retry(exc.retry_after_s or 5.0) from exc
@@ -124,9 +128,7 @@ async def fetch_output(gen: Generation, env: Envelope, ctx: HandlerContext) -> l
                     )
                 )
             ).scalar_one()
-        # Both moves are guarded and recorded; only the last one is announced (watchers
-        # re-read the task, and POST_PROCESSING is over before this commit is seen).
-        await records.move(
+        notes = await records.move(
             conn,
             current,
             TaskStatus.POST_PROCESSING,
@@ -135,17 +137,15 @@ async def fetch_output(gen: Generation, env: Envelope, ctx: HandlerContext) -> l
             now_ms=now,
             values={"result_asset_id": found},
             detail={"asset_id": found, "size_bytes": stored.size, "codec": info.codec},
+            deadline_ms=now + int(gen.settings.post_processing_deadline_s * 1000),
         )
-        moved = {
-            **current,
-            "status": TaskStatus.POST_PROCESSING.value,
-            "status_version": int(current["status_version"]) + 1,
-            "result_asset_id": found,
-        }
-        notes = await records.move(
-            conn, moved, TaskStatus.SUCCEEDED, cause="output.ready", cause_env=env, now_ms=now
+        process = env.derive(
+            events.MEDIA_PROCESS_REQUESTED,
+            events.MediaProcessRequested(task_id=current["id"], source_asset_id=found).model_dump(),
+            key=current["id"],
+            source="generation.fetcher",
         )
-        return [*notes]
+        return [*notes, process]
 
     ctx.write(record)
     return []

@@ -120,8 +120,15 @@ async def apply(
             values={"actual_cost": obs.actual_cost, "progress": 1.0},
             deadline_ms=now_ms + int(settings.fetch_deadline_s * 1000),
         )
+        urgent = rules.fetch_is_urgent(obs.output_expires_at_ms, now_ms, settings)
+        if urgent:
+            await conn.execute(
+                sa.update(provider_jobs)
+                .where(provider_jobs.c.attempt_id == obs.attempt_id)
+                .values(urgent_fetch_at=now_ms)
+            )
         fetch = cause.derive(
-            events.FETCH_REQUESTED,
+            events.FETCH_URGENT_REQUESTED if urgent else events.FETCH_REQUESTED,
             events.FetchRequested(
                 task_id=task["id"], attempt_id=obs.attempt_id, callback_id=obs.callback_id
             ).model_dump(),
@@ -233,6 +240,7 @@ async def _record_job(
             next_poll_at=rules.next_poll(gen.settings, 0, now_ms, terminal=terminal),
             poll_count=0,
             actual_cost=obs.actual_cost,
+            output_expires_at=obs.output_expires_at_ms,
             created_at=now_ms,
             updated_at=now_ms,
         )
@@ -259,6 +267,8 @@ async def _update_job(
         values["observed_at_ms"] = max(obs.observed_at_ms, job["observed_at_ms"] or 0)
     if obs.actual_cost is not None:
         values["actual_cost"] = obs.actual_cost
+    if obs.output_expires_at_ms is not None:
+        values["output_expires_at"] = obs.output_expires_at_ms
     if terminal:
         values["next_poll_at"] = None
     elif obs.source == "callback" and job["next_poll_at"] is not None:
