@@ -22,6 +22,7 @@ FETCH = "output.fetch"
 #: ordinary fetches never makes one miss its window (seed 004 §3.9.3-4).
 FETCH_URGENT = "output.fetch.urgent"
 MEDIA = "media.process"
+RECONCILE = "reconcile.command"
 
 TASK_QUEUED = "generation.task.queued"
 ATTEMPT_DISPATCHED = "generation.attempt.dispatched"
@@ -31,6 +32,8 @@ POLL_REQUESTED = "generation.poll.requested"
 FETCH_REQUESTED = "generation.output.fetch_requested"
 FETCH_URGENT_REQUESTED = "generation.output.fetch_urgent"
 MEDIA_PROCESS_REQUESTED = "generation.media.process_requested"
+ORPHAN_OBJECT_FOUND = "generation.reconcile.orphan_object"
+MISSING_OBJECT_FOUND = "generation.reconcile.missing_object"
 SLOT_FREED = "generation.slot.freed"
 
 TOPIC_NAMES = (
@@ -42,7 +45,7 @@ TOPIC_NAMES = (
     MEDIA,
     "render.execute",
     "billing.command",
-    "reconcile.command",
+    RECONCILE,
 )
 
 
@@ -152,6 +155,18 @@ class MediaProcessRequested(pydantic.BaseModel):
     source_asset_id: str
 
 
+class OrphanObjectFound(pydantic.BaseModel):
+    """The orphan scanner found an object no asset row names: delete it if still so."""
+
+    key: str
+
+
+class MissingObjectFound(pydantic.BaseModel):
+    """The orphan scanner found a READY asset whose object is gone: mark it if still so."""
+
+    asset_id: str
+
+
 def register(pipeline: PipelineBase) -> None:
     """Declare every generation topic on ``pipeline``, and every payload with its topic."""
     for name in TOPIC_NAMES:
@@ -173,3 +188,5 @@ def register(pipeline: PipelineBase) -> None:
     pipeline.event(FETCH_REQUESTED, topic=FETCH)(FetchRequested)
     pipeline.event(FETCH_URGENT_REQUESTED, topic=FETCH_URGENT)(FetchRequested)
     pipeline.event(MEDIA_PROCESS_REQUESTED, topic=MEDIA)(MediaProcessRequested)
+    pipeline.event(ORPHAN_OBJECT_FOUND, topic=RECONCILE)(OrphanObjectFound)
+    pipeline.event(MISSING_OBJECT_FOUND, topic=RECONCILE)(MissingObjectFound)

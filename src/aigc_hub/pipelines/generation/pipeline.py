@@ -17,7 +17,8 @@ concurrency pool (seed 004 §3.2.9), each handled by its module in ``handlers/``
 * ``generation-fetcher-urgent`` — the same for outputs whose URL expires soon, on
   ``output.fetch.urgent``, so they never wait behind ordinary fetches;
 * ``generation-media`` — the media worker on ``media.process`` (variants, output review),
-  paused while its scratch disk is past the high-water mark.
+  paused while its scratch disk is past the high-water mark;
+* ``generation-reconciler`` — the orphan scanner's commands on ``reconcile.command``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from aigc_hub.pipelines.generation.handlers import (
     media_variants,
     observer,
     poller,
+    reconciler,
     scheduler,
     submitter,
 )
@@ -93,6 +95,9 @@ pipeline.handler_with_state(
     timeout=1800,
     pause=media_variants.disk_pressure,
 )(media.on_media)
+pipeline.handler_with_state("generation-reconciler", [events.RECONCILE], concurrency=2)(
+    reconciler.on_reconcile
+)
 
 
 @pipeline.timeline

@@ -5,7 +5,10 @@ deadline gets the command that lets the normal path finish it — never a forged
   submit command again (the submitter queries by request key first); SUBMIT_UNKNOWN,
   SUBMITTED/RUNNING without observation → a poll; SUBMIT_UNKNOWN past ``unknown_give_up_s``
   → FAILED (hold and slots released); CANCEL_REQUESTED → cancel again; OUTPUT_FETCHING →
-  fetch again. Each finding is audited.
+  fetch again; POST_PROCESSING → the media job again (it makes only missing variants).
+  Each finding is audited.
+* ``generation-output-expiry``, ``generation-orphans``: the media stages' watchdogs
+  (:mod:`.media_scanners`).
 * ``generation-polls``: emits the polls that ``next_poll_at`` asks for (routine, unaudited).
 * ``generation-scheduler``: runs a scheduling pass while tasks wait (lost wake-ups, aging).
 * ``generation-slots``: renews the slot permits of every active attempt from the database,
@@ -26,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import StaleTransition
 from aigc_hub.pipeline import ScannerFactory, StateScannerFactory
-from aigc_hub.pipelines.generation import events, records
+from aigc_hub.pipelines.generation import events, media_scanners, records
 from aigc_hub.pipelines.generation.handlers.observer import release_slots
 from aigc_hub.pipelines.generation.handlers.scheduler import active_attempts, schedule
 from aigc_hub.pipelines.generation.ledger import EntryType
@@ -46,7 +49,7 @@ if TYPE_CHECKING:
 
 S = TaskStatus
 _WATCHED = [S.QUEUED, S.DISPATCHING, S.SUBMIT_UNKNOWN, S.SUBMITTED, S.RUNNING]
-_WATCHED += [S.CANCEL_REQUESTED, S.OUTPUT_FETCHING]
+_WATCHED += [S.CANCEL_REQUESTED, S.OUTPUT_FETCHING, S.POST_PROCESSING]
 
 
 def _command(task: dict[str, Any], event_type: str, payload: dict[str, Any]) -> Envelope:
@@ -175,6 +178,15 @@ class DeadlineScanner:
                 _command(task, events.CANCEL_REQUESTED, payload),
                 "cancel_resent",
                 settings.cancel_deadline_s,
+            )
+        if status is S.POST_PROCESSING:
+            processing = events.MediaProcessRequested(
+                task_id=task["id"], source_asset_id=task["result_asset_id"]
+            ).model_dump()
+            return (
+                _command(task, events.MEDIA_PROCESS_REQUESTED, processing),
+                "media_resent",
+                settings.post_processing_deadline_s,
             )
         if status is S.OUTPUT_FETCHING:
             payload = events.FetchRequested(task_id=task["id"], attempt_id=attempt.id).model_dump()
@@ -349,4 +361,11 @@ def factories() -> list[ScannerFactory]:
 
 def state_factories() -> list[StateScannerFactory[Generation]]:
     """The pipeline's scanners built from its state (``Pipeline.scanner_with_state``)."""
-    return [DeadlineScanner, PollScanner, SchedulerScanner, SlotScanner]
+    return [
+        DeadlineScanner,
+        PollScanner,
+        SchedulerScanner,
+        SlotScanner,
+        media_scanners.ExpiryScanner,
+        media_scanners.OrphanScanner,
+    ]

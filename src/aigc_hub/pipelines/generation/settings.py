@@ -128,6 +128,11 @@ class GenerationSettings(BaseSettings):
         "this fraction",
     )
     media_timeout_s: float = Field(600.0, description="longest one FFmpeg run may take")
+    orphan_grace_s: float = Field(
+        3600.0,
+        description="an object no asset row names is an orphan only once it is this old "
+        "(uploads and fetches write the object before their row)",
+    )
 
     max_output_bytes: int = Field(2 * 1024**3, description="largest output accepted")
     max_attempts: int = Field(3, description="attempts per task (confirmed non-acceptance only)")
