@@ -177,7 +177,9 @@ async def submit(
             )
         response.status_code = 200
         return provider.show(job)
-    provider.runner.start(job, fail=provider.faults.take("fail_next"))
+    provider.runner.start(
+        job, fail=provider.faults.take("fail_next"), black=provider.faults.take("black_next")
+    )
     if provider.faults.take("accept_then_timeout_next"):
         await asyncio.sleep(provider.faults.faults.hang_s)  # taken, but the answer is late
     return provider.show(job)

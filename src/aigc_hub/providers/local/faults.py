@@ -11,7 +11,7 @@ from typing import Literal
 import pydantic
 
 CounterName = Literal[
-    "rate_limit_next", "server_error_next", "accept_then_timeout_next", "fail_next"
+    "rate_limit_next", "server_error_next", "accept_then_timeout_next", "fail_next", "black_next"
 ]
 
 
@@ -32,6 +32,7 @@ class Faults(pydantic.BaseModel):
     expire_outputs: bool = False  # output URLs are born expired
     fail_next: int = pydantic.Field(0, ge=0)  # next n submitted jobs end failed
     fail_code: str = "internal_error"
+    black_next: int = pydantic.Field(0, ge=0)  # next n jobs succeed with all-black video
     render_seconds: float = pydantic.Field(0.0, ge=0, le=120)  # extra time per job
 
 

@@ -67,11 +67,15 @@ def ffmpeg_args(
     textfile: Path | None,
     font: str | None,
     executable: str = "ffmpeg",
+    black: bool = False,
 ) -> list[str]:
-    """The FFmpeg command line for one clip (no shell: every value is its own argument)."""
+    """The FFmpeg command line for one clip (no shell: every value is its own argument);
+    ``black``: an all-black clip, as a misbehaving model might return."""
     source, hue = _look(prompt, width, height)
     filters = [f"hue=h={hue}", "format=yuv420p"]
-    if textfile is not None and font is not None:
+    if black:
+        source, filters = f"color=c=black:size={width}x{height}:rate={FPS}", ["format=yuv420p"]
+    elif textfile is not None and font is not None:
         # textfile= keeps the prompt out of filter syntax; expansion=none ignores '%'
         filters.append(
             f"drawtext=fontfile={font}:textfile={textfile}:expansion=none:fontcolor=white"
@@ -109,12 +113,13 @@ class Renderer:
         duration_s: int,
         dest: Path,
         on_progress: Callable[[float], None] | None = None,
+        black: bool = False,
     ) -> Path:
         """Produce the clip and return where it is (``dest``, or the shared cached clip)."""
-        if self.mode == "instant":
+        if self.mode == "instant" and not black:
             return await self._cached(width, height, duration_s)
         async with self._slots:
-            await self._ffmpeg(prompt, width, height, duration_s, dest, on_progress)
+            await self._ffmpeg(prompt, width, height, duration_s, dest, on_progress, black)
         return dest
 
     async def _cached(self, width: int, height: int, duration_s: int) -> Path:
@@ -124,7 +129,9 @@ class Renderer:
         async with lock:
             if not path.exists():
                 async with self._slots:
-                    await self._ffmpeg("local provider", width, height, duration_s, path, None)
+                    await self._ffmpeg(
+                        "local provider", width, height, duration_s, path, None, False
+                    )
         return path
 
     async def _ffmpeg(
@@ -135,6 +142,7 @@ class Renderer:
         duration_s: int,
         dest: Path,
         on_progress: Callable[[float], None] | None,
+        black: bool,
     ) -> None:
         try:
             exe = tools.executable("ffmpeg")
@@ -145,7 +153,7 @@ class Renderer:
         textfile = dest.with_name(f".{dest.name}.{secrets.token_hex(4)}.txt")
         text = " ".join(prompt.split())[:_MAX_TEXT_CHARS]
         try:
-            if text and self.font is not None:
+            if text and self.font is not None and not black:
                 textfile.write_text(text, encoding="utf-8", errors="replace")
                 try:
                     await _run(
@@ -160,7 +168,7 @@ class Renderer:
                 except RenderError:
                     pass  # fall back to a clip without text
             await _run(
-                ffmpeg_args(prompt, width, height, duration_s, part, None, None, exe),
+                ffmpeg_args(prompt, width, height, duration_s, part, None, None, exe, black),
                 duration_s,
                 on_progress,
             )

@@ -38,9 +38,10 @@ class JobRunner:
         self._slots = asyncio.Semaphore(max_concurrent)
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
-    def start(self, job: Job, *, fail: bool) -> None:
-        """Run ``job`` in the background; ``fail`` makes it end failed (a fault)."""
-        task = asyncio.create_task(self._run(job, fail, self.faults.faults.render_seconds))
+    def start(self, job: Job, *, fail: bool, black: bool = False) -> None:
+        """Run ``job`` in the background; ``fail`` makes it end failed, ``black`` makes its
+        video all black (faults)."""
+        task = asyncio.create_task(self._run(job, fail, self.faults.faults.render_seconds, black))
         self._tasks[job.id] = task
         task.add_done_callback(lambda _: self._tasks.pop(job.id, None))
 
@@ -58,10 +59,10 @@ class JobRunner:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _run(self, job: Job, fail: bool, extra_s: float) -> None:
+    async def _run(self, job: Job, fail: bool, extra_s: float, black: bool) -> None:
         try:
             async with self._slots:
-                await self._work(job, fail, extra_s)
+                await self._work(job, fail, extra_s, black)
         except asyncio.CancelledError:
             raise
         except RenderError as exc:
@@ -77,7 +78,7 @@ class JobRunner:
                 error={"code": "internal_error", "message": type(exc).__name__},
             )
 
-    async def _work(self, job: Job, fail: bool, extra_s: float) -> None:
+    async def _work(self, job: Job, fail: bool, extra_s: float, black: bool) -> None:
         spec = job.spec
         if not self.store.update(job, status="running", progress=0.0):
             return  # canceled while queued
@@ -99,7 +100,7 @@ class JobRunner:
         dest = self.output_dir / f"{job.id}.mp4"
         render = asyncio.create_task(
             self.renderer.render(
-                spec.prompt, spec.width, spec.height, spec.duration_s, dest, on_progress
+                spec.prompt, spec.width, spec.height, spec.duration_s, dest, on_progress, black
             )
         )
         render.add_done_callback(lambda _: on_progress(1.0))
