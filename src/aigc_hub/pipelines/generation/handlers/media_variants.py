@@ -93,6 +93,8 @@ async def process_output(gen: Generation, env: Envelope, ctx: HandlerContext) ->
             except MediaRefused as refused:
                 _invalid(gen, env, ctx, task, refused)
                 return []
+    # Tests fail here once to show a retry finds every variant made and makes none again.
+    hub.failpoints.hit("media.before_finish")
     _finish(gen, env, ctx, task, req.source_asset_id, decision)
     return []
 
