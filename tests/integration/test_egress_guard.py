@@ -28,6 +28,10 @@ from aigc_hub.egress import (
     EgressRefused,
     EgressTimeout,
 )
+from aigc_hub.pipelines.generation.adapters.base import OutputAsset, ProviderError, RetryClass
+from aigc_hub.pipelines.generation.adapters.fal import FalAdapter
+from aigc_hub.pipelines.generation.adapters.fetch import OutputFetch
+from aigc_hub.pipelines.generation.adapters.local import LocalProviderAdapter
 
 IP = IPv4Address | IPv6Address
 Handler = Callable[[str, dict[str, str], asyncio.StreamWriter], Awaitable[None]]
@@ -533,3 +537,55 @@ async def test_a_failed_fetch_leaves_an_existing_file_as_it_was(tmp_path: Path) 
         with pytest.raises(EgressRefused):
             await fetcher.fetch_to_file(f"{server.origin}/endless", dest)
     assert dest.read_bytes() == b"earlier" and nothing_at(tmp_path / ".o.mp4.part")
+
+
+# --- the generation adapters on the guarded egress ----------------------------------------
+
+
+async def test_the_local_adapter_follows_a_redirect_within_its_origin_and_no_further(
+    tmp_path: Path,
+) -> None:
+    async with serving({"/final.mp4": ok}) as provider, serving() as canary:
+        provider.routes["/moved.mp4"] = redirect_to("/final.mp4", 307)
+        provider.routes["/away.mp4"] = redirect_to(f"{canary.origin}/x.mp4")
+        provider.routes["/gone.mp4"] = status(410)
+        adapter = LocalProviderAdapter(provider.origin)
+        try:
+            got = await adapter.fetch_output(
+                OutputAsset(url=f"{provider.origin}/moved.mp4"), tmp_path / "a.mp4", max_bytes=10**6
+            )
+            outcomes = {}
+            for path in ("/away.mp4", "/gone.mp4"):
+                with pytest.raises(ProviderError) as info:
+                    await adapter.fetch_output(
+                        OutputAsset(url=provider.origin + path), tmp_path / "b.mp4", max_bytes=10**6
+                    )
+                outcomes[path] = (info.value.code, info.value.retry_class)
+        finally:
+            await adapter.close()
+    assert got.sha256 == hashlib.sha256(BODY).hexdigest() and got.size_bytes == len(BODY)
+    assert outcomes == {
+        "/away.mp4": ("output_redirect_refused", RetryClass.PERMANENT),
+        "/gone.mp4": ("output_expired", RetryClass.RETRYABLE),
+    }
+    assert canary.hits == 0 and nothing_at(tmp_path / "b.mp4")
+
+
+async def test_a_hosted_vendor_does_not_trust_a_loopback_delivery_host_unless_told(
+    tmp_path: Path,
+) -> None:
+    async with serving({"/out.mp4": ok}) as fake:
+        asset = OutputAsset(url=f"{fake.origin}/out.mp4")
+        untrusted = FalAdapter(fake.origin, "k", output_hosts=[fake.origin])
+        trusted = FalAdapter(fake.origin, "k", output_hosts=[fake.origin],
+                             output=OutputFetch(trusted_origins=(fake.origin,)))  # fmt: skip
+        try:
+            with pytest.raises(ProviderError) as info:
+                await untrusted.fetch_output(asset, tmp_path / "a.mp4", max_bytes=10**6)
+            assert fake.hits == 0
+            got = await trusted.fetch_output(asset, tmp_path / "b.mp4", max_bytes=10**6)
+        finally:
+            await untrusted.close()
+            await trusted.close()
+    assert (info.value.code, info.value.retry_class) == ("output_url_refused", "permanent")
+    assert got.size_bytes == len(BODY) and fake.hits == 1

@@ -99,12 +99,15 @@ def refused_address_class(ip: IPv4Address | IPv6Address) -> str | None:
         return named
     embedded = list(_embedded(ip))
     if embedded:
-        inner = next((c for c in map(refused_address_class, embedded) if c), None)
-        if inner:
-            return inner
-        # a public IPv4 behind a form still in use is fine; behind a dead or local-only
-        # form it is not reachable the way the address says
-        return "reserved" if ip in _COMPATIBLE or ip in _NAT64_LOCAL else None
+        classes = [c for c in map(refused_address_class, embedded) if c]
+        telling = next((c for c in classes if c != "unspecified"), None)
+        if telling:
+            return telling
+        if ip in _COMPATIBLE or ip in _NAT64_LOCAL:
+            # dead or local-only forms; in the local prefix, a layout not in use reads as
+            # 0.x.x.x padding, which says nothing about the address
+            return "reserved"
+        return classes[0] if classes else None  # a public IPv4 behind a form in use: fine
     if ip not in _GLOBAL_UNICAST or not ip.is_global:
         return "reserved"
     return None
@@ -124,10 +127,9 @@ def _embedded(ip: IPv6Address) -> Iterator[IPv4Address]:
         # RFC 6052 §2.2: where the IPv4 bits sit depends on the prefix length the site chose
         # (/48, /56, /64 or /96 inside this /48), and bits 64-71 are skipped: try each
         raw = ip.packed
-        yield IPv4Address(raw[6:8] + raw[9:11])  # /48
-        yield IPv4Address(raw[7:8] + raw[9:12])  # /56
-        yield IPv4Address(raw[9:13])  # /64
-        yield low32  # /96
+        layouts = (raw[6:8] + raw[9:11], raw[7:8] + raw[9:12], raw[9:13], raw[12:16])
+        # all zero is the padding of a layout not in use, not an address someone wrote
+        yield from (IPv4Address(v4) for v4 in layouts if any(v4))
     elif ip in _6TO4:
         yield IPv4Address((value >> 80) & 0xFFFFFFFF)
     elif ip in _TEREDO:
