@@ -12,6 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import shutil
+import ssl
+import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +25,7 @@ import httpcore
 import pytest
 
 from aigc_hub.egress import (
+    EgressConnectionError,
     EgressFetcher,
     EgressHTTPError,
     EgressPolicy,
@@ -589,3 +593,54 @@ async def test_a_hosted_vendor_does_not_trust_a_loopback_delivery_host_unless_to
             await trusted.close()
     assert (info.value.code, info.value.retry_class) == ("output_url_refused", "permanent")
     assert got.size_bytes == len(BODY) and fake.hits == 1
+
+
+async def cut_short(path: str, headers: dict[str, str], writer: asyncio.StreamWriter) -> None:
+    await answer(writer, 200, {"Content-Length": str(len(BODY))}, BODY[:1000])
+
+
+async def test_a_body_cut_short_is_a_retryable_error_and_leaves_nothing(tmp_path: Path) -> None:
+    async with serving({"/cut": cut_short}) as server:
+        fetcher = EgressFetcher(policy(trusted_origins=frozenset({server.origin})))
+        with pytest.raises(EgressConnectionError):
+            await fetcher.fetch_to_file(f"{server.origin}/cut", tmp_path / "o")
+    assert nothing_at(tmp_path / "o")
+
+
+# --- TLS: the connection goes to the checked address, the certificate is checked by name ---
+
+
+@pytest.fixture
+def tls_files(tmp_path: Path) -> tuple[Path, Path]:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl not found: it makes the test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=cdn.test",
+         "-addext", "subjectAltName=DNS:cdn.test"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key
+
+
+async def test_tls_verifies_the_host_name_while_connecting_to_the_checked_address(
+    tls_files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    cert, key = tls_files
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert, key)
+    client_tls = ssl.create_default_context(cafile=str(cert))
+    server = Server(routes={"/out.mp4": ok})
+    listener = await asyncio.start_server(server._serve, "127.0.0.1", 0, ssl=server_tls)
+    async with listener:
+        dialer = ToLoopback(listener.sockets[0].getsockname()[1])
+        names = Names({"cdn.test": ["93.184.215.14"], "other.test": ["93.184.215.14"]})
+        fetcher = EgressFetcher(policy(), resolver=names, dialer=dialer, ssl_context=client_tls)
+        got = await fetcher.fetch_to_file("https://cdn.test/out.mp4", tmp_path / "a")
+        with pytest.raises(EgressConnectionError, match=r"CERTIFICATE_VERIFY_FAILED|match"):
+            await fetcher.fetch_to_file("https://other.test/out.mp4", tmp_path / "b")
+    assert got.sha256 == hashlib.sha256(BODY).hexdigest()
+    assert dialer.dialled == [("93.184.215.14", 443)] * 2
+    assert nothing_at(tmp_path / "b")
