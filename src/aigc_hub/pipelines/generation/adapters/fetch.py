@@ -46,7 +46,9 @@ class OutputFetch:
     deadline_s: float = DEFAULT_DEADLINE_S
 
     def fetcher(self) -> EgressFetcher:
-        """``egress``, or a new fetcher (it holds nothing open, so it needs no closing)."""
+        """``egress``, or a new fetcher (it holds nothing open, so it needs no closing).
+
+        Its own policy refuses every body: each download passes the policy it needs."""
         return self.egress or EgressFetcher(EgressPolicy(max_bytes=0, deadline_s=1.0))
 
 
