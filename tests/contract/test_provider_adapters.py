@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from aigc_hub.pipelines.generation.adapters import fetch
 from aigc_hub.pipelines.generation.adapters.base import (
     CapabilityError,
     GenerationRequest,
@@ -124,7 +125,7 @@ def _replicate(tmp: Path) -> Iterator[Harness]:
             kwargs.setdefault("submit_timeout_s", 5.0)
             return ReplicateAdapter(
                 fake.base_url, "r8_test", query_timeout_s=5.0, output_hosts=[fake.base_url],
-                **kwargs,
+                output=fetch.OutputFetch(trusted_origins=(fake.base_url,)), **kwargs,
             )  # fmt: skip
 
         yield Harness(
@@ -157,7 +158,7 @@ def _fal(tmp: Path) -> Iterator[Harness]:
             kwargs.setdefault("submit_timeout_s", 5.0)
             return FalAdapter(
                 fake.base_url, "fal_test", query_timeout_s=5.0, output_hosts=[fake.base_url],
-                **kwargs,
+                output=fetch.OutputFetch(trusted_origins=(fake.base_url,)), **kwargs,
             )  # fmt: skip
 
         yield Harness(
@@ -183,7 +184,7 @@ def _runway(tmp: Path) -> Iterator[Harness]:
             kwargs.setdefault("submit_timeout_s", 5.0)
             return RunwayAdapter(
                 fake.base_url, "key_test", query_timeout_s=5.0, output_hosts=[fake.base_url],
-                **kwargs,
+                output=fetch.OutputFetch(trusted_origins=(fake.base_url,)), **kwargs,
             )  # fmt: skip
 
         yield Harness(

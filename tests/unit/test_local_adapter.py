@@ -1,18 +1,16 @@
-"""LocalProviderAdapter's pure parts: error classification, callback parsing, fetch refusals."""
+"""LocalProviderAdapter's pure parts: error classification and callback parsing."""
 
 from __future__ import annotations
 
 import email.utils
 import json
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 from aigc_hub.pipelines.generation.adapters.base import (
     NormalizedStatus,
-    OutputAsset,
     ProviderError,
     RetryClass,
 )
@@ -88,15 +86,3 @@ def test_parse_callback_refuses_garbage_as_permanent(body: bytes) -> None:
     with pytest.raises(ProviderError) as info:
         LocalProviderAdapter(BASE).parse_callback(body, {})
     assert info.value.retry_class is RetryClass.PERMANENT
-
-
-async def test_fetch_output_refuses_a_redirect_even_to_its_own_host(tmp_path: Path) -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(302, headers={"Location": f"{BASE}/elsewhere"})
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
-        adapter = LocalProviderAdapter(BASE, http=http)
-        asset = OutputAsset(url=f"{BASE}/outputs/job_1.mp4?expires=1&sig=a")
-        with pytest.raises(ProviderError) as info:
-            await adapter.fetch_output(asset, tmp_path / "o.mp4", max_bytes=100)
-    assert info.value.code == "output_redirect_refused"

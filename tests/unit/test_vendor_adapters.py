@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from ipaddress import IPv4Address
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import httpx
 import pytest
 from tests.support.vendor_fakes import FIXTURES, fill, iso
 
+from aigc_hub.egress import EgressFetcher, EgressPolicy
 from aigc_hub.pipelines.generation.adapters import fal, fetch, hosted, replicate_reconcile
 from aigc_hub.pipelines.generation.adapters.base import (
     GenerationRequest,
@@ -310,25 +312,24 @@ def test_delivery_hosts(url: str, allowed: bool) -> None:
 async def test_an_output_url_with_user_info_is_refused_before_any_request(
     userinfo: str, tmp_path: Path
 ) -> None:
-    sent: list[httpx.Request] = []
+    looked_up: list[str] = []
 
-    def answer(request: httpx.Request) -> httpx.Response:
-        sent.append(request)
-        return httpx.Response(200, content=b"video")
+    async def resolver(host: str, port: int) -> list[IPv4Address]:
+        looked_up.append(host)
+        return [IPv4Address("93.184.215.14")]
 
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as http:
-        with pytest.raises(ProviderError) as info:
-            await fetch.fetch_to_file(
-                http,
-                f"https://{userinfo}cdn.provider.test/out.mp4",
-                tmp_path / "o.mp4",
-                allowed_origin="https://cdn.provider.test",
-                max_bytes=1_000,
-                timeout_s=5,
-            )
+    with pytest.raises(ProviderError) as info:
+        await fetch.fetch_to_file(
+            EgressFetcher(EgressPolicy(max_bytes=1_000, deadline_s=5), resolver=resolver),
+            f"https://{userinfo}cdn.provider.test/out.mp4",
+            tmp_path / "o.mp4",
+            allowed_origins=["https://cdn.provider.test"],
+            max_bytes=1_000,
+            timeout_s=5,
+        )
     assert (info.value.retry_class, info.value.code) == (RetryClass.PERMANENT, "output_url_refused")
     assert "user info" in str(info.value)
-    assert sent == [] and not (tmp_path / "o.mp4").exists()
+    assert looked_up == [] and not (tmp_path / "o.mp4").exists()
 
 
 @pytest.mark.parametrize("vendor", sorted(ADAPTERS))

@@ -28,7 +28,7 @@ from urllib.parse import quote
 
 import httpx
 
-from aigc_hub.pipelines.generation.adapters import base, hosted
+from aigc_hub.pipelines.generation.adapters import base, fetch, hosted
 from aigc_hub.pipelines.generation.adapters.base import (
     FetchedFile,
     GenerationRequest,
@@ -123,14 +123,16 @@ class FalAdapter:
         http: httpx.AsyncClient | None = None,
         models: Sequence[ModelCapability] = DEFAULT_MODELS,
         output_hosts: Sequence[str] = DEFAULT_OUTPUT_HOSTS,
+        output: fetch.OutputFetch | None = None,
     ) -> None:
         self.submit_timeout_s = submit_timeout_s
         self.query_timeout_s = query_timeout_s
         self._models = {m.model: m for m in models}
         headers = {"Authorization": f"Key {api_key}"}
         self._http = hosted.VendorHttp(
-            base_url, headers, code_of=error_code, output_hosts=output_hosts, http=http
-        )
+            base_url, headers, code_of=error_code, output_hosts=output_hosts, http=http,
+            output=output,
+        )  # fmt: skip
 
     # -- pure ------------------------------------------------------------------------------
 

@@ -147,11 +147,16 @@ class VendorHttp:
         code_of: CodeReader,
         output_hosts: Sequence[str],
         http: httpx.AsyncClient | None,
+        output: fetch.OutputFetch | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.headers = dict(headers)
         self.code_of = code_of
         self.output_hosts = tuple(output_hosts)
+        self.output = output or fetch.OutputFetch()
+        self.egress = self.output.fetcher()
+        # a malformed delivery host stops the start (ValueError naming it), not every fetch
+        fetch.check_origins(self.output_hosts, self.output.trusted_origins)
         self.owns_http = http is None
         # trust_env=False: no proxy from the environment between us and the vendor
         self.client = http or httpx.AsyncClient(trust_env=False, follow_redirects=False)
@@ -173,22 +178,18 @@ class VendorHttp:
     async def fetch(
         self, asset: OutputAsset, dest: Path, *, max_bytes: int, timeout_s: float
     ) -> FetchedFile:
-        """Download from a configured delivery host only (see :func:`.fetch.fetch_to_file`)."""
-        origin = allowed_origin(asset.url, self.output_hosts)
+        """Download from a configured delivery host only, through the guarded egress (see
+        :func:`.fetch.fetch_to_file`); every failure is a classified ProviderError."""
         try:
-            if origin is None:
-                raise ProviderError(
-                    "output URL is not on the vendor's delivery hosts",
-                    retry_class=RetryClass.PERMANENT,
-                    code="output_url_refused",
-                )
             return await fetch.fetch_to_file(
-                self.client,
+                self.egress,
                 asset.url,
                 dest,
-                allowed_origin=origin,
+                allowed_origins=self.output_hosts,
+                trusted_origins=self.output.trusted_origins,
                 max_bytes=max_bytes,
                 timeout_s=timeout_s,
+                deadline_s=self.output.deadline_s,
                 content_type=asset.content_type,
             )
         except Exception as exc:

@@ -89,8 +89,12 @@ class LocalProviderAdapter:
         query_timeout_s: float = 5.0,
         http: httpx.AsyncClient | None = None,
         models: Sequence[ModelCapability] = DEFAULT_MODELS,
+        output: fetch.OutputFetch | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self._output = output or fetch.OutputFetch()
+        self._egress = self._output.fetcher()
+        self._origin = fetch.origin_of(self.base_url)
         self.submit_timeout_s = submit_timeout_s
         self.query_timeout_s = query_timeout_s
         self._models = {m.model: m for m in models}
@@ -216,17 +220,21 @@ class LocalProviderAdapter:
     async def fetch_output(self, asset: OutputAsset, dest: Path, *, max_bytes: int) -> FetchedFile:
         """Stream the asset to ``dest`` (via a temporary file), measuring size and sha256.
 
-        Only the provider's own origin is fetched, redirects are refused, and more than
-        ``max_bytes`` aborts (PERMANENT); 403/410 is ``output_expired`` (RETRYABLE).
+        Only the provider's own origin is fetched, and it is trusted to be on loopback:
+        ``base_url`` is the operator's ``local_provider_url``, nothing a provider answer
+        can change. Redirects are followed only within that origin; more than ``max_bytes``
+        aborts (PERMANENT); 403/410 is ``output_expired`` (RETRYABLE).
         """
         try:
             return await fetch.fetch_to_file(
-                self._http,
+                self._egress,
                 asset.url,
                 dest,
-                allowed_origin=self.base_url,
+                allowed_origins=[self._origin],
+                trusted_origins=[self._origin, *self._output.trusted_origins],
                 max_bytes=max_bytes,
                 timeout_s=self.query_timeout_s,
+                deadline_s=self._output.deadline_s,
                 content_type=asset.content_type,
             )
         except Exception as exc:

@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 import httpx
 
-from aigc_hub.pipelines.generation.adapters import base, hosted, replicate_reconcile
+from aigc_hub.pipelines.generation.adapters import base, fetch, hosted, replicate_reconcile
 from aigc_hub.pipelines.generation.adapters.base import (
     FetchedFile,
     GenerationRequest,
@@ -111,6 +111,7 @@ class ReplicateAdapter:
         http: httpx.AsyncClient | None = None,
         models: Sequence[ModelCapability] = DEFAULT_MODELS,
         output_hosts: Sequence[str] = DEFAULT_OUTPUT_HOSTS,
+        output: fetch.OutputFetch | None = None,
         reconcile_window_s: float = 7200.0,
         predict_second_credits: Mapping[str, float] | None = None,
     ) -> None:
@@ -122,8 +123,9 @@ class ReplicateAdapter:
         self._predict_second_credits = dict(predict_second_credits or {})
         headers = {"Authorization": f"Bearer {api_key}"}
         self._http = hosted.VendorHttp(
-            base_url, headers, code_of=error_code, output_hosts=output_hosts, http=http
-        )
+            base_url, headers, code_of=error_code, output_hosts=output_hosts, http=http,
+            output=output,
+        )  # fmt: skip
 
     # -- pure ------------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 import httpx
 
-from aigc_hub.pipelines.generation.adapters import base, hosted
+from aigc_hub.pipelines.generation.adapters import base, fetch, hosted
 from aigc_hub.pipelines.generation.adapters.base import (
     FetchedFile,
     GenerationRequest,
@@ -93,6 +93,7 @@ class RunwayAdapter:
         http: httpx.AsyncClient | None = None,
         models: Sequence[ModelCapability] = DEFAULT_MODELS,
         output_hosts: Sequence[str] = DEFAULT_OUTPUT_HOSTS,
+        output: fetch.OutputFetch | None = None,
         api_version: str = API_VERSION,
     ) -> None:
         self.submit_timeout_s = submit_timeout_s
@@ -100,8 +101,9 @@ class RunwayAdapter:
         self._models = {m.model: m for m in models}
         headers = {"Authorization": f"Bearer {api_key}", "X-Runway-Version": api_version}
         self._http = hosted.VendorHttp(
-            base_url, headers, code_of=error_code, output_hosts=output_hosts, http=http
-        )
+            base_url, headers, code_of=error_code, output_hosts=output_hosts, http=http,
+            output=output,
+        )  # fmt: skip
 
     # -- pure ------------------------------------------------------------------------------
 
