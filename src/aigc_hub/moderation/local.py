@@ -68,9 +68,10 @@ class LocalModeration:
                 tenant_id,
             )
         forms = normalize.variants(text)
+        runs = normalize.spelled_runs(forms[0])
         hits: dict[str, Verdict] = {}
         for rule in self.policy.patterns:
-            if any(rule.pattern.search(form) for form in forms):
+            if rule.hits(forms, runs):
                 hits[rule.id] = rule.verdict
         model_version = RULES_ONLY
         scores = ""
@@ -117,10 +118,14 @@ class LocalModeration:
         ids = tuple(h.rule_id for h in hits)
         return self._decided(Verdict.REJECT, FRAME_CHECKS, ids, evidence, reason, tenant_id)
 
-    async def warm_up(self) -> None:
-        """Load the semantic model now rather than on the first review (no-op without it)."""
+    async def warm_up(self, timeout_s: float | None = None) -> None:
+        """Load the semantic model now rather than on the first review (no-op without it).
+
+        Raises ``ModerationUnavailable`` as a review would; ``timeout_s`` replaces the load
+        deadline for this wait.
+        """
         if self._matcher is not None:
-            await self._matcher.warm_up()
+            await self._matcher.warm_up(timeout_s)
 
     def close(self) -> None:
         """Release the model's worker thread."""

@@ -5,7 +5,9 @@ plain letters: ``ｂｏｍｂ`` → ``bomb``), case folding (``BOMB``, ``ß``), 
 removed (Unicode category ``Cf``: zero-width spaces and joiners, soft hyphens, bidi controls
 that hide or reorder letters), and runs of whitespace collapsed to one space. A second form
 joins letters spelled out one by one (``b o m b``, ``b.o.m.b``, ``b-o-m-b``) so a spaced-out
-word still matches, without joining ordinary words (``a skill`` never becomes ``askill``).
+word still matches, without joining ordinary words (``a skill`` never becomes ``askill``);
+keywords are also searched inside each such run, which may have swallowed a one-letter word
+next to it (``a d e e p f a k e`` → ``adeepfake``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,15 @@ def normalize(text: str) -> str:
 def join_spelled(normalized: str) -> str:
     """``normalized`` with spelled-out words joined (``k i l l`` → ``kill``)."""
     return _SPELLED.sub(lambda m: _SEPARATORS.sub("", m.group(0)), normalized)
+
+
+def spelled_runs(normalized: str) -> list[str]:
+    """Each spelled-out run of ``normalized``, joined (``a d e e p f a k e`` → ``adeepfake``).
+
+    A run may swallow a neighbouring one-letter word (the article in ``a b o m b``), so
+    keywords are searched in runs as substrings, not as whole words.
+    """
+    return [_SEPARATORS.sub("", m.group(0)) for m in _SPELLED.finditer(normalized)]
 
 
 def variants(text: str) -> tuple[str, ...]:

@@ -77,12 +77,23 @@ class _PolicyFile(pydantic.BaseModel):
 
 @dataclass(frozen=True)
 class PatternRule:
-    """A keyword or regex rule, compiled."""
+    """A keyword or regex rule, compiled.
+
+    ``pattern`` is searched in the normalised text (and its spelled-out-words-joined form);
+    ``in_runs``, for keyword rules, in each joined spelled-out run, as a substring.
+    """
 
     id: str
     verdict: Verdict
     reason: str
     pattern: re.Pattern[str]
+    in_runs: re.Pattern[str] | None = None
+
+    def hits(self, forms: tuple[str, ...], runs: list[str]) -> bool:
+        """Whether the rule hits any of the text's ``forms`` or spelled-out ``runs``."""
+        if any(self.pattern.search(form) for form in forms):
+            return True
+        return self.in_runs is not None and any(self.in_runs.search(run) for run in runs)
 
 
 @dataclass(frozen=True)
@@ -133,9 +144,14 @@ def load_policy(path: Path = DEFAULT_POLICY) -> Policy:
             phrases = tuple(normalize(p) for p in rule.exemplars)
             semantic.append(Exemplars(rule.id, rule.verdict, rule.reason, phrases, rule.threshold))
             continue
-        source = _keywords_pattern(rule.keywords) if isinstance(rule, KeywordRule) else rule.pattern
+        if isinstance(rule, KeywordRule):
+            words = [w for w in (normalize(k) for k in rule.keywords) if w]
+            compiled = re.compile(_keywords_pattern(words))
+            in_runs = re.compile("|".join(re.escape(w.replace(" ", "")) for w in words) or "(?!)")
+            patterns.append(PatternRule(rule.id, rule.verdict, rule.reason, compiled, in_runs))
+            continue
         try:
-            compiled = re.compile(source)
+            compiled = re.compile(rule.pattern)
         except re.error as exc:
             raise ConfigurationError(
                 f"moderation policy {path.name}: rule {rule.id!r}: bad pattern: {exc}"
@@ -144,13 +160,10 @@ def load_policy(path: Path = DEFAULT_POLICY) -> Policy:
     return Policy(parsed.version, tuple(patterns), tuple(semantic))
 
 
-def _keywords_pattern(keywords: list[str]) -> str:
+def _keywords_pattern(words: list[str]) -> str:
     """One alternation; a keyword starting or ending in a word character needs a boundary."""
     parts = []
-    for keyword in keywords:
-        word = normalize(keyword)
-        if not word:
-            continue
+    for word in words:
         # CJK scripts have no spaces between words, so a boundary there would never match.
         left = r"(?<!\w)" if _latin_like(word[0]) else ""
         right = r"(?!\w)" if _latin_like(word[-1]) else ""

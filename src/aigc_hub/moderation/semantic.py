@@ -150,16 +150,19 @@ class SemanticMatcher:
         ]
         return loaded.version, hits
 
-    async def warm_up(self) -> str | None:
-        """Load now (e.g. at start-up) instead of on the first review; the model version."""
-        loaded = await self._ensure_loaded()
+    async def warm_up(self, timeout_s: float | None = None) -> str | None:
+        """Load now (e.g. at start-up) instead of on the first review; the model version.
+
+        ``timeout_s`` replaces the load deadline for this wait (a start-up can wait longer).
+        """
+        loaded = await self._ensure_loaded(timeout_s)
         return None if loaded is None else loaded.version
 
     def close(self) -> None:
         """Stop the worker thread once queued work ends; the matcher is unusable after."""
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    async def _ensure_loaded(self) -> _Loaded | None:
+    async def _ensure_loaded(self, timeout_s: float | None = None) -> _Loaded | None:
         if self._absent:
             return None
         with self._lock:
@@ -171,7 +174,7 @@ class SemanticMatcher:
                 self._loading = self._pool.submit(self._load)
             loading = self._loading
         try:
-            return await _wait(loading, self._load_timeout_s, "model load")
+            return await _wait(loading, timeout_s or self._load_timeout_s, "model load")
         except ExtraMissing as exc:
             if not self._absent:
                 self._absent = True
