@@ -25,7 +25,7 @@ from aigc_hub.moderation import (
     strictest,
 )
 from aigc_hub.moderation import local as local_mod
-from aigc_hub.moderation.normalize import digest, join_spelled, normalize, variants
+from aigc_hub.moderation.normalize import digest, join_spelled, normalize, spelled_runs, variants
 from aigc_hub.moderation.policy import DEFAULT_POLICY
 from aigc_hub.observability import logging as hub_logging
 
@@ -83,6 +83,10 @@ def test_normalize_folds_width_case_and_removes_invisible_characters(raw: str, n
 )
 def test_spelled_out_words_are_joined_and_ordinary_words_are_not(text: str, joined: str) -> None:
     assert join_spelled(text) == joined
+
+
+def test_spelled_out_runs_are_joined_with_a_neighbouring_one_letter_word() -> None:
+    assert spelled_runs("a d e e p f a k e of a b o m b, a skill") == ["adeepfake", "abomb"]
 
 
 async def test_benign_prompts_are_allowed(moderation: LocalModeration) -> None:
@@ -275,3 +279,9 @@ def test_a_policy_that_cannot_work_is_refused_naming_the_problem(
 def test_a_missing_policy_file_is_a_configuration_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match=r"nothing\.toml"):
         LocalModeration(ModerationSettings(policy_path=tmp_path / "nothing.toml"))
+
+
+def test_the_moderation_doc_names_every_setting() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "moderation.md").read_text()
+    for name in ModerationSettings.model_fields:
+        assert f"AIGC_HUB_MODERATION_{name.upper()}" in text, name

@@ -9,6 +9,7 @@ import hashlib
 import io
 import json
 import logging
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -158,6 +159,26 @@ async def test_concurrent_first_reviews_load_the_model_once() -> None:
         fresh.close()
     assert {d.verdict for d in decisions} == {Verdict.ALLOW}
     assert points.hits["moderation.load"] == 1
+
+
+async def test_loading_the_model_opens_no_network_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    attempts: list[object] = []
+
+    def refuse(self: socket.socket, address: object) -> None:
+        attempts.append(address)
+        raise OSError("network use during a model load")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    fresh = LocalModeration(ModerationSettings())
+    try:
+        version = await fresh.review_text("a lighthouse in a storm", tenant_id="t")
+    finally:
+        fresh.close()
+    assert version.model_version.startswith("all-MiniLM-L6-v2@sha256:")
+    assert attempts == []
 
 
 async def test_without_the_ml_extra_rules_still_work_and_the_log_says_so_once(
