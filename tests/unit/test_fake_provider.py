@@ -15,7 +15,7 @@ from aigc_hub.pipelines.generation.adapters.base import (
     ProviderError,
     RetryClass,
 )
-from aigc_hub.pipelines.generation.probe import InvalidMedia, probe_video
+from aigc_hub.media.probe import InvalidMedia, probe_video
 from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.testing import (
     FAKE_MODEL,

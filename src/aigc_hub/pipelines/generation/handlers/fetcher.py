@@ -30,7 +30,7 @@ from aigc_hub.pipelines.generation.adapters.base import (
     ProviderError,
 )
 from aigc_hub.pipelines.generation.models import assets, callback_events
-from aigc_hub.pipelines.generation.probe import InvalidMedia
+from aigc_hub.media.probe import InvalidMedia
 from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import TaskStatus
 from aigc_hub.reliability.outbox import Routed

@@ -13,7 +13,7 @@ import av.logging
 import pytest
 
 from aigc_hub.media import tools
-from aigc_hub.pipelines.generation import probe
+from aigc_hub.media import probe
 from tests.support.provider import require_ffmpeg
 
 pytestmark = pytest.mark.ffmpeg
