@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 
 import pytest
 
 from aigc_hub.core.errors import InvalidInput
+from aigc_hub.media.frames import GrayFrame
 from aigc_hub.moderation import LocalModeration, ModerationSettings, Verdict
 from aigc_hub.moderation import local as local_mod
 from aigc_hub.moderation.frame_checks import BLACK, FROZEN, WRONG_LENGTH, FrameThresholds, check
@@ -15,14 +15,7 @@ from aigc_hub.moderation.frame_checks import BLACK, FROZEN, WRONG_LENGTH, FrameT
 W, H = 64, 36
 
 
-@dataclass(frozen=True)
-class Frame:
-    """The fields of media.frames.GrayFrame."""
-
-    at_ms: int
-    width: int
-    height: int
-    pixels: bytes
+Frame = GrayFrame
 
 
 def flat(at_ms: int, luma: int) -> Frame:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from aigc_hub.moderation.base import (
     Decision,
-    GrayFrame,
     Moderation,
     ModerationUnavailable,
     Verdict,
@@ -29,7 +28,6 @@ from aigc_hub.moderation.settings import ModerationSettings
 
 __all__ = [
     "Decision",
-    "GrayFrame",
     "LocalModeration",
     "Moderation",
     "ModerationSettings",

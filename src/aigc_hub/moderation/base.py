@@ -13,9 +13,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from aigc_hub.core.errors import RetryableError
+
+if TYPE_CHECKING:
+    # Only a type here: importing the media toolkit is not needed to review frames.
+    from aigc_hub.media.frames import GrayFrame
 
 
 class Verdict(enum.StrEnum):
@@ -62,30 +66,6 @@ class Decision:
     def allowed(self) -> bool:
         """Whether the subject may go on unchanged (``ALLOW``)."""
         return self.verdict is Verdict.ALLOW
-
-
-class GrayFrame(Protocol):
-    """A sampled 8-bit luma frame: the fields of ``aigc_hub.media.frames.GrayFrame``."""
-
-    @property
-    def at_ms(self) -> int:
-        """Where in the clip the frame was sampled."""
-        ...
-
-    @property
-    def width(self) -> int:
-        """Pixels per row."""
-        ...
-
-    @property
-    def height(self) -> int:
-        """Rows."""
-        ...
-
-    @property
-    def pixels(self) -> bytes:
-        """Row-major luma, ``width * height`` bytes."""
-        ...
 
 
 class ModerationUnavailable(RetryableError):

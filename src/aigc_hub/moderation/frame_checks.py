@@ -11,10 +11,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from aigc_hub.core.errors import InvalidInput
-from aigc_hub.moderation.base import GrayFrame
+
+if TYPE_CHECKING:
+    from aigc_hub.media.frames import GrayFrame
 
 BLACK: Final = "frames.black"
 FROZEN: Final = "frames.frozen"

@@ -9,14 +9,17 @@ Logs name the verdict, the rule ids and the text's digest, never the text.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from aigc_hub.core import failpoints as fp
 from aigc_hub.moderation import frame_checks, normalize, semantic
-from aigc_hub.moderation.base import Decision, GrayFrame, Verdict, strictest
+from aigc_hub.moderation.base import Decision, Verdict, strictest
 from aigc_hub.moderation.policy import Policy, load_policy
 from aigc_hub.moderation.settings import ModerationSettings
 from aigc_hub.observability.logging import get_logger
+
+if TYPE_CHECKING:
+    from aigc_hub.media.frames import GrayFrame
 
 log = get_logger(__name__)
 
