@@ -20,6 +20,7 @@ PROXY_MAX_HEIGHT: Final = 720
 THUMB_COUNT: Final = 10
 THUMB_WIDTH: Final = 160
 WAVEFORM_SIZE: Final = (1280, 240)
+WAVE_COLOR: Final = "0x3b82f6"
 #: Encoder settings shared by the proxy and the ladder (speed over size: many variants).
 X264: Final = ("-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p")
 
@@ -203,7 +204,9 @@ def waveform(source: Sequence[str] | None, *, max_s: float) -> list[str]:
         *COMMON,
         *source,
         "-filter_complex",
-        f"[0:a:0]aformat=channel_layouts=mono,showwavespic=s={w}x{h}:colors=0x3b82f6[w]",
+        f"[0:a:0]aformat=channel_layouts=mono,showwavespic=s={w}x{h}:colors={WAVE_COLOR},"
+        # the zero line, drawn opaque: silence is a flat line, not an empty picture
+        f"drawbox=x=0:y={h // 2 - 1}:w=iw:h=2:color={WAVE_COLOR}@1:t=fill:replace=1[w]",
         "-map",
         "[w]",
         "-frames:v",
