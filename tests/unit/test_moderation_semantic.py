@@ -274,3 +274,10 @@ async def test_an_embedding_past_its_deadline_raises_unavailable() -> None:
         release.set()
         moderation.close()
     assert decision.verdict is Verdict.ALLOW
+
+
+async def test_a_closed_moderation_answers_unavailable() -> None:
+    closed = LocalModeration(ModerationSettings())
+    closed.close()
+    with pytest.raises(ModerationUnavailable, match="closed"):
+        await closed.review_text("a lighthouse", tenant_id="t1")

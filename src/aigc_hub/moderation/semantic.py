@@ -22,7 +22,7 @@ import importlib.util
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TypeVar
@@ -141,7 +141,7 @@ class SemanticMatcher:
         if loaded is None:
             return None
         scores = await _wait(
-            self._pool.submit(self._score, loaded, list(texts)), self._timeout_s, "embedding"
+            self._submit(self._score, loaded, list(texts)), self._timeout_s, "embedding"
         )
         hits = [
             SemanticHit(rule.id, score)
@@ -162,6 +162,12 @@ class SemanticMatcher:
         """Stop the worker thread once queued work ends; the matcher is unusable after."""
         self._pool.shutdown(wait=False, cancel_futures=True)
 
+    def _submit(self, fn: Callable[..., T], *args: object) -> concurrent.futures.Future[T]:
+        try:
+            return self._pool.submit(fn, *args)
+        except RuntimeError as exc:  # the pool was shut down by close()
+            raise ModerationUnavailable("moderation was closed") from exc
+
     async def _ensure_loaded(self, timeout_s: float | None = None) -> _Loaded | None:
         if self._absent:
             return None
@@ -171,7 +177,7 @@ class SemanticMatcher:
                 self._loading.done()
                 and (self._loading.cancelled() or self._loading.exception() is not None)
             ):
-                self._loading = self._pool.submit(self._load)
+                self._loading = self._submit(self._load)
             loading = self._loading
         try:
             return await _wait(loading, timeout_s or self._load_timeout_s, "model load")
