@@ -51,6 +51,7 @@ BACKBONE = frozenset(
         "runtime",
         "observability",
         "media",
+        "moderation",
         "settings",
         "bootstrap",
         "hub_config",

@@ -12,8 +12,7 @@ from pathlib import Path
 import av.logging
 import pytest
 
-from aigc_hub.media import tools
-from aigc_hub.pipelines.generation import probe
+from aigc_hub.media import probe, tools
 from tests.support.provider import require_ffmpeg
 
 pytestmark = pytest.mark.ffmpeg

