@@ -122,7 +122,7 @@ async def test_a_task_is_succeeded_only_with_every_variant_and_its_hls_plays(
         )
         path = [r.to_status for r in moves]
         assert path[-3:] == ["OUTPUT_FETCHING", "POST_PROCESSING", "SUCCEEDED"]
-        source_id = str(task["result_asset_id"])
+        source_id = str(task["result_asset_ids"][0])
         variants = await variants_of(stack, source_id)
         assert {v.variant_profile for v in variants} == PROFILES
         assert {(v.status, v.pipeline_version, v.kind) for v in variants} == {
@@ -179,7 +179,7 @@ async def test_a_redelivered_media_job_makes_no_second_variant(
             task_id = await submit(client)
             task = await wait_status(client, task_id, {"SUCCEEDED", "FAILED"})
             assert task["status"] == "SUCCEEDED", task
-            source_id = str(task["result_asset_id"])
+            source_id = str(task["result_asset_ids"][0])
             first = {v.variant_profile: v.id for v in await variants_of(stack, source_id)}
 
             # What the POST_PROCESSING watchdog sends: a new event for the same job.
@@ -340,7 +340,7 @@ async def test_orphan_objects_are_deleted_and_rows_without_objects_marked_by_com
         await blobs.put(orphan, b"left behind by a fetch whose row never committed")
         poster = next(
             v
-            for v in await variants_of(stack, str(task["result_asset_id"]))
+            for v in await variants_of(stack, str(task["result_asset_ids"][0]))
             if v.variant_profile == "poster"
         )
         await blobs.delete(poster.object_key)
