@@ -190,9 +190,7 @@ async def test_tenant_limits_refuse_with_their_own_problem_types(
             over_total = await api.post(
                 "/v1/assets/uploads", json=_start_body(clip, size_bytes=int(size * 1.6))
             )
-            fits = await api.post(
-                "/v1/assets/uploads", json=_start_body(clip, size_bytes=size)
-            )
+            fits = await api.post("/v1/assets/uploads", json=_start_body(clip, size_bytes=size))
     assert too_big.status_code == 413 and too_big.json()["type"].endswith("/asset-too-large")
     assert over_count.status_code == 409
     assert over_count.json()["type"].endswith("/asset-count-limit")
@@ -211,9 +209,10 @@ async def test_another_tenants_asset_is_not_found_everywhere(
     db_url: str, tmp_path: Path, clip: Path
 ) -> None:
     async with asset_stack(db_url, tmp_path) as stack:
-        async with stack.client(await stack.tenant("a")) as a, stack.client(
-            await stack.tenant("b")
-        ) as b:
+        async with (
+            stack.client(await stack.tenant("a")) as a,
+            stack.client(await stack.tenant("b")) as b,
+        ):
             done = await uploads.upload(a, clip)
             parts = [{"part_no": n, "etag": e} for n, e in done.etags.items()]
             answers = [
@@ -297,9 +296,10 @@ async def test_tasks_take_only_ready_reference_assets_of_their_tenant(
 ) -> None:
     task = {"model": FAKE_MODEL, "prompt": "a boat", "duration_s": 2, "resolution": "320x180"}
     async with asset_stack(db_url, tmp_path) as stack:
-        async with stack.client(await stack.tenant("a")) as a, stack.client(
-            await stack.tenant("b")
-        ) as b:
+        async with (
+            stack.client(await stack.tenant("a")) as a,
+            stack.client(await stack.tenant("b")) as b,
+        ):
             ready = await _ready_asset(stack, a, clip)
             theirs = await _ready_asset(stack, b, clip)
             pending = (await uploads.upload(a, clip)).asset_id  # still UPLOADING

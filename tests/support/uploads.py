@@ -184,7 +184,6 @@ async def settled(api: httpx.AsyncClient, asset_id: str, timeout_s: float = 60.0
         await asyncio.sleep(0.05)
 
 
-
 @dataclass
 class AssetStack:
     """A hub with the generation pipeline (fake provider, real probe), its API served on
@@ -222,7 +221,9 @@ async def asset_stack(
     """The stack on ``db_url`` with a local blob store under ``tmp_path`` (its URLs judged by
     ``clock`` when given, so a test can make them expire) and these generation settings."""
     store = LocalBlobStore(tmp_path / "blobs", secret=b"asset-test-secret", clock=clock)
-    config = HubConfig(engine=store_engine.create_engine(db_url), broker=MemoryBroker(), blobs=store)
+    config = HubConfig(
+        engine=store_engine.create_engine(db_url), broker=MemoryBroker(), blobs=store
+    )
     values = {"providers": "local", "callback_base_url": "http://127.0.0.1:9"} | settings
     fake = FakeProvider()
     pipeline = generation.with_state(
