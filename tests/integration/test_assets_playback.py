@@ -69,10 +69,8 @@ async def _variant(
         source = (await conn.execute(assets.select().where(assets.c.id == source_id))).one()
     variant_id = ids.new_id_str()
     prefix = f"t/{source.tenant_id}/variant/{variant_id}/{profile}"
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            key = f"{prefix}/{path.relative_to(folder).as_posix()}"
-            await stack.store.put(key, path.read_bytes(), "application/octet-stream")
+    for name, data in uploads.files_under(folder).items():
+        await stack.store.put(f"{prefix}/{name}", data, "application/octet-stream")
     async with stack.hub.transaction() as conn:
         await conn.execute(
             assets.insert().values(
@@ -95,18 +93,20 @@ async def _variant(
 async def test_a_ready_upload_plays_from_a_presigned_url_with_ranges(
     db_url: str, tmp_path: Path, clip: Path
 ) -> None:
-    data = clip.read_bytes()
-    async with asset_stack(db_url, tmp_path) as stack:
-        async with stack.client(await stack.tenant("acme")) as api:
-            asset_id = await _ready_upload(stack, api, clip)
-            grant = (await api.post(f"/v1/assets/{asset_id}/playback")).json()
-            async with httpx.AsyncClient(trust_env=False) as http:
-                whole = await http.get(grant["url"])
-                first = await http.get(grant["url"], headers={"Range": "bytes=0-99"})
-                tail = await http.get(grant["url"], headers={"Range": "bytes=-10"})
-                middle = await http.get(grant["url"], headers={"Range": "bytes=1000-"})
-                head = await http.head(grant["url"])
-                past = await http.get(grant["url"], headers={"Range": f"bytes={len(data)}-"})
+    data = uploads.read(clip)
+    async with (
+        asset_stack(db_url, tmp_path) as stack,
+        stack.client(await stack.tenant("acme")) as api,
+    ):
+        asset_id = await _ready_upload(stack, api, clip)
+        grant = (await api.post(f"/v1/assets/{asset_id}/playback")).json()
+        async with httpx.AsyncClient(trust_env=False) as http:
+            whole = await http.get(grant["url"])
+            first = await http.get(grant["url"], headers={"Range": "bytes=0-99"})
+            tail = await http.get(grant["url"], headers={"Range": "bytes=-10"})
+            middle = await http.get(grant["url"], headers={"Range": "bytes=1000-"})
+            head = await http.head(grant["url"])
+            past = await http.get(grant["url"], headers={"Range": f"bytes={len(data)}-"})
     assert grant["content_type"] == "video/mp4"
     assert grant["url"].startswith(stack.api_url + "/blobs/")
     assert whole.status_code == 200 and whole.content == data
@@ -122,22 +122,24 @@ async def test_a_ready_upload_plays_from_a_presigned_url_with_ranges(
 async def test_hls_plays_through_hub_playlists_and_presigned_segments(
     db_url: str, tmp_path: Path, clip: Path, hls: Path
 ) -> None:
-    async with asset_stack(db_url, tmp_path) as stack:
-        async with stack.client(await stack.tenant("acme")) as api:
-            source = await _ready_upload(stack, api, clip)
-            proxy_id, _ = await _variant(stack, source, "proxy", clip.parent, clip.name)
-            hls_id, prefix = await _variant(stack, source, "hls", hls, "master.m3u8")
-            variants = (await api.get(f"/v1/assets/{source}/variants")).json()["items"]
-            grant = (await api.post(f"/v1/assets/{source}/playback")).json()
-            proxy_grant = (await api.post(f"/v1/assets/{proxy_id}/playback")).json()
-            async with httpx.AsyncClient(trust_env=False, timeout=10) as http:
-                master = await http.get(grant["url"])
-                child_url = httpx.URL(grant["url"]).join("360p/index.m3u8")
-                child = await http.get(child_url)
-                segment_urls = [
-                    line for line in child.text.splitlines() if line and not line.startswith("#")
-                ]
-                segments = [await http.get(child_url.join(u)) for u in segment_urls]
+    async with (
+        asset_stack(db_url, tmp_path) as stack,
+        stack.client(await stack.tenant("acme")) as api,
+    ):
+        source = await _ready_upload(stack, api, clip)
+        proxy_id, _ = await _variant(stack, source, "proxy", clip.parent, clip.name)
+        hls_id, _ = await _variant(stack, source, "hls", hls, "master.m3u8")
+        variants = (await api.get(f"/v1/assets/{source}/variants")).json()["items"]
+        grant = (await api.post(f"/v1/assets/{source}/playback")).json()
+        proxy_grant = (await api.post(f"/v1/assets/{proxy_id}/playback")).json()
+        async with httpx.AsyncClient(trust_env=False, timeout=10) as http:
+            master = await http.get(grant["url"])
+            child_url = httpx.URL(grant["url"]).join("360p/index.m3u8")
+            child = await http.get(child_url)
+            segment_urls = [
+                line for line in child.text.splitlines() if line and not line.startswith("#")
+            ]
+            segments = [await http.get(child_url.join(u)) for u in segment_urls]
     assert {v["asset_id"] for v in variants} == {proxy_id, hls_id}
     assert grant["content_type"] == playback.HLS_TYPE
     assert "/v1/playback/" in grant["url"] and grant["url"].endswith("/master.m3u8")
@@ -147,7 +149,7 @@ async def test_hls_plays_through_hub_playlists_and_presigned_segments(
     assert child.status_code == 200 and len(segment_urls) == 4
     assert all(u.startswith("/blobs/") and "sig=" in u for u in segment_urls)
     expected = sorted((hls / "360p").glob("seg_*.ts"))
-    assert [s.content for s in segments] == [p.read_bytes() for p in expected]
+    assert [s.content for s in segments] == [uploads.read(p) for p in expected]
     assert proxy_grant["url"].startswith(stack.api_url + "/blobs/")
 
 
@@ -189,12 +191,14 @@ async def test_a_playlist_pointing_outside_its_variant_is_refused(
     hostile = tmp_path / "hostile"
     hostile.mkdir()
     (hostile / "master.m3u8").write_text("#EXTM3U\n#EXTINF:1,\nhttp://169.254.169.254/x.ts\n")
-    async with asset_stack(db_url, tmp_path) as stack:
-        async with stack.client(await stack.tenant("acme")) as api:
-            source = await _ready_upload(stack, api, clip)
-            await _variant(stack, source, "hls", hostile, "master.m3u8")
-            grant = (await api.post(f"/v1/assets/{source}/playback")).json()
-            async with httpx.AsyncClient(trust_env=False) as http:
-                answer = await http.get(grant["url"])
+    async with (
+        asset_stack(db_url, tmp_path) as stack,
+        stack.client(await stack.tenant("acme")) as api,
+    ):
+        source = await _ready_upload(stack, api, clip)
+        await _variant(stack, source, "hls", hostile, "master.m3u8")
+        grant = (await api.post(f"/v1/assets/{source}/playback")).json()
+        async with httpx.AsyncClient(trust_env=False) as http:
+            answer = await http.get(grant["url"])
     assert answer.status_code == 403
     assert "not a relative path" in answer.json()["detail"]

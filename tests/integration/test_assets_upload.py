@@ -51,16 +51,18 @@ def _start_body(path: Path, **changes: object) -> dict[str, object]:
 async def test_parts_upload_completes_and_the_probe_makes_it_ready(
     db_url: str, tmp_path: Path, big_clip: Path
 ) -> None:
-    async with asset_stack(db_url, tmp_path) as stack:
-        async with stack.client(await stack.tenant("acme")) as api:
-            done = await uploads.upload(api, big_clip, part_size=5 * MiB, fail_part=2)
-            assert sorted(done.etags) == [1, 2, 3] and done.resent == [2]
-            completed = await uploads.complete(api, done)
-            assert completed.status_code == 200, completed.text
-            assert completed.json()["status"] == "PROCESSING"
-            assert completed.json()["content_type"] == "video/mp4"
-            ready = await uploads.settled(api, done.asset_id)
-            again = await uploads.complete(api, done)  # repeating complete: same asset
+    async with (
+        asset_stack(db_url, tmp_path) as stack,
+        stack.client(await stack.tenant("acme")) as api,
+    ):
+        done = await uploads.upload(api, big_clip, part_size=5 * MiB, fail_part=2)
+        assert sorted(done.etags) == [1, 2, 3] and done.resent == [2]
+        completed = await uploads.complete(api, done)
+        assert completed.status_code == 200, completed.text
+        assert completed.json()["status"] == "PROCESSING"
+        assert completed.json()["content_type"] == "video/mp4"
+        ready = await uploads.settled(api, done.asset_id)
+        again = await uploads.complete(api, done)  # repeating complete: same asset
     assert ready["status"] == "READY", ready
     assert (ready["codec"], ready["width"], ready["height"]) == ("h264", 320, 180)
     assert ready["duration_ms"] == 2000 and ready["size_bytes"] == 12 * MiB
@@ -71,10 +73,12 @@ async def test_parts_upload_completes_and_the_probe_makes_it_ready(
 async def test_a_wrong_checksum_is_rejected_at_complete(
     db_url: str, tmp_path: Path, clip: Path
 ) -> None:
-    async with asset_stack(db_url, tmp_path) as stack:
-        async with stack.client(await stack.tenant("acme")) as api:
-            done = await uploads.upload(api, clip, sha256="0" * 64)
-            completed = await uploads.complete(api, done)
+    async with (
+        asset_stack(db_url, tmp_path) as stack,
+        stack.client(await stack.tenant("acme")) as api,
+    ):
+        done = await uploads.upload(api, clip, sha256="0" * 64)
+        completed = await uploads.complete(api, done)
     assert completed.status_code == 200
     assert completed.json()["status"] == "REJECTED"
     assert completed.json()["status_reason"] == "checksum_mismatch"
@@ -107,28 +111,30 @@ async def test_wrong_size_and_unknown_format_are_rejected_with_reasons(
 ) -> None:
     text = tmp_path / "notes.mp4"  # named like a video, bytes of a text file
     text.write_bytes(b"#EXTM3U\n#EXT-X-TARGETDURATION:1\nfile:///etc/passwd\n")
-    async with asset_stack(db_url, tmp_path) as stack:
-        async with stack.client(await stack.tenant("acme")) as api:
-            # declared one byte larger than what is sent
-            started = await api.post(
-                "/v1/assets/uploads", json=_start_body(clip, size_bytes=clip.stat().st_size + 1)
-            )
-            plan = started.json()
-            part = plan["upload"]["parts"][0]
-            async with httpx.AsyncClient(trust_env=False) as http:
-                etag = await uploads.put_part(http, part, clip.read_bytes())
-            sized = await api.post(
-                f"/v1/assets/{plan['asset_id']}/complete",
-                json={"parts": [{"part_no": 1, "etag": etag}]},
-            )
-            done = await uploads.upload(api, text)
-            sniffed = await uploads.complete(api, done)
-            fake = tmp_path / "fake.mp4"  # the MP4 magic number, no readable video behind it
-            fake.write_bytes(b"\x00\x00\x00\x18ftypmp42" + b"\x00" * 4000)
-            faked = await uploads.upload(api, fake)
-            probed = await uploads.complete(api, faked)
-            assert probed.json()["status"] == "PROCESSING"
-            unreadable = await uploads.settled(api, faked.asset_id)
+    async with (
+        asset_stack(db_url, tmp_path) as stack,
+        stack.client(await stack.tenant("acme")) as api,
+    ):
+        # declared one byte larger than what is sent
+        started = await api.post(
+            "/v1/assets/uploads", json=_start_body(clip, size_bytes=uploads.size_of(clip) + 1)
+        )
+        plan = started.json()
+        part = plan["upload"]["parts"][0]
+        async with httpx.AsyncClient(trust_env=False) as http:
+            etag = await uploads.put_part(http, part, uploads.read(clip))
+        sized = await api.post(
+            f"/v1/assets/{plan['asset_id']}/complete",
+            json={"parts": [{"part_no": 1, "etag": etag}]},
+        )
+        done = await uploads.upload(api, text)
+        sniffed = await uploads.complete(api, done)
+        fake = tmp_path / "fake.mp4"  # the MP4 magic number, no readable video behind it
+        fake.write_bytes(b"\x00\x00\x00\x18ftypmp42" + b"\x00" * 4000)
+        faked = await uploads.upload(api, fake)
+        probed = await uploads.complete(api, faked)
+        assert probed.json()["status"] == "PROCESSING"
+        unreadable = await uploads.settled(api, faked.asset_id)
     assert sized.json()["status"] == "REJECTED"
     assert sized.json()["status_reason"].startswith("size_mismatch")
     assert sniffed.json()["status"] == "REJECTED"
@@ -140,23 +146,21 @@ async def test_wrong_size_and_unknown_format_are_rejected_with_reasons(
 async def test_refused_parts_keep_the_upload_open_and_a_skipped_part_is_rejected(
     db_url: str, tmp_path: Path, big_clip: Path
 ) -> None:
-    async with asset_stack(db_url, tmp_path) as stack:
-        async with stack.client(await stack.tenant("acme")) as api:
-            done = await uploads.upload(api, big_clip)
-            wrong_etag = [{"part_no": n, "etag": "0" * 32} for n in done.etags]
-            refused = await api.post(
-                f"/v1/assets/{done.asset_id}/complete", json={"parts": wrong_etag}
-            )
-            still = (await api.get(f"/v1/assets/{done.asset_id}")).json()
-            outside = await api.post(
-                f"/v1/assets/{done.asset_id}/parts", json={"part_nos": [0, 99]}
-            )
-            completed = await uploads.complete(api, done)
-            closed = await api.post(f"/v1/assets/{done.asset_id}/parts", json={"part_nos": [1]})
-            # parts 1 and 3 alone join (a store allows gaps) into a file too short
-            gap = await uploads.upload(api, big_clip)
-            parts = [{"part_no": n, "etag": e} for n, e in gap.etags.items() if n != 2]
-            skipped = await api.post(f"/v1/assets/{gap.asset_id}/complete", json={"parts": parts})
+    async with (
+        asset_stack(db_url, tmp_path) as stack,
+        stack.client(await stack.tenant("acme")) as api,
+    ):
+        done = await uploads.upload(api, big_clip)
+        wrong_etag = [{"part_no": n, "etag": "0" * 32} for n in done.etags]
+        refused = await api.post(f"/v1/assets/{done.asset_id}/complete", json={"parts": wrong_etag})
+        still = (await api.get(f"/v1/assets/{done.asset_id}")).json()
+        outside = await api.post(f"/v1/assets/{done.asset_id}/parts", json={"part_nos": [0, 99]})
+        completed = await uploads.complete(api, done)
+        closed = await api.post(f"/v1/assets/{done.asset_id}/parts", json={"part_nos": [1]})
+        # parts 1 and 3 alone join (a store allows gaps) into a file too short
+        gap = await uploads.upload(api, big_clip)
+        parts = [{"part_no": n, "etag": e} for n, e in gap.etags.items() if n != 2]
+        skipped = await api.post(f"/v1/assets/{gap.asset_id}/complete", json={"parts": parts})
     assert refused.status_code == 400 and refused.json()["type"].endswith("/parts-rejected")
     assert still["status"] == "UPLOADING"
     assert outside.status_code == 422
@@ -169,28 +173,30 @@ async def test_refused_parts_keep_the_upload_open_and_a_skipped_part_is_rejected
 async def test_tenant_limits_refuse_with_their_own_problem_types(
     db_url: str, tmp_path: Path, clip: Path
 ) -> None:
-    size = clip.stat().st_size
+    size = uploads.size_of(clip)
     limits = {
         "asset_max_bytes": size * 3,
         "asset_max_count": 2,
         "asset_max_total_bytes": int(size * 2.5),
     }
-    async with asset_stack(db_url, tmp_path, **limits) as stack:
-        async with stack.client(await stack.tenant("acme")) as api:
-            too_big = await api.post(
-                "/v1/assets/uploads", json=_start_body(clip, size_bytes=size * 3 + 1)
-            )
-            first = await uploads.upload(api, clip)
-            second = await uploads.upload(api, clip, sha256="0" * 64)
-            over_count = await api.post("/v1/assets/uploads", json=_start_body(clip))
-            # a rejected asset frees its place
-            await uploads.complete(api, first)
-            assert (await uploads.complete(api, second)).json()["status"] == "REJECTED"
-            rows_before = await _asset_count(stack)
-            over_total = await api.post(
-                "/v1/assets/uploads", json=_start_body(clip, size_bytes=int(size * 1.6))
-            )
-            fits = await api.post("/v1/assets/uploads", json=_start_body(clip, size_bytes=size))
+    async with (
+        asset_stack(db_url, tmp_path, **limits) as stack,
+        stack.client(await stack.tenant("acme")) as api,
+    ):
+        too_big = await api.post(
+            "/v1/assets/uploads", json=_start_body(clip, size_bytes=size * 3 + 1)
+        )
+        first = await uploads.upload(api, clip)
+        second = await uploads.upload(api, clip, sha256="0" * 64)
+        over_count = await api.post("/v1/assets/uploads", json=_start_body(clip))
+        # a rejected asset frees its place
+        await uploads.complete(api, first)
+        assert (await uploads.complete(api, second)).json()["status"] == "REJECTED"
+        rows_before = await _asset_count(stack)
+        over_total = await api.post(
+            "/v1/assets/uploads", json=_start_body(clip, size_bytes=int(size * 1.6))
+        )
+        fits = await api.post("/v1/assets/uploads", json=_start_body(clip, size_bytes=size))
     assert too_big.status_code == 413 and too_big.json()["type"].endswith("/asset-too-large")
     assert over_count.status_code == 409
     assert over_count.json()["type"].endswith("/asset-count-limit")
@@ -208,22 +214,22 @@ async def _asset_count(stack: uploads.AssetStack) -> int:
 async def test_another_tenants_asset_is_not_found_everywhere(
     db_url: str, tmp_path: Path, clip: Path
 ) -> None:
-    async with asset_stack(db_url, tmp_path) as stack:
-        async with (
-            stack.client(await stack.tenant("a")) as a,
-            stack.client(await stack.tenant("b")) as b,
-        ):
-            done = await uploads.upload(a, clip)
-            parts = [{"part_no": n, "etag": e} for n, e in done.etags.items()]
-            answers = [
-                await b.get(f"/v1/assets/{done.asset_id}"),
-                await b.get(f"/v1/assets/{done.asset_id}/variants"),
-                await b.post(f"/v1/assets/{done.asset_id}/parts", json={"part_nos": [1]}),
-                await b.post(f"/v1/assets/{done.asset_id}/complete", json={"parts": parts}),
-                await b.post(f"/v1/assets/{done.asset_id}/playback"),
-                await b.get("/v1/assets/no-such-id"),
-            ]
-            mine = await a.get(f"/v1/assets/{done.asset_id}")
+    async with (
+        asset_stack(db_url, tmp_path) as stack,
+        stack.client(await stack.tenant("a")) as a,
+        stack.client(await stack.tenant("b")) as b,
+    ):
+        done = await uploads.upload(a, clip)
+        parts = [{"part_no": n, "etag": e} for n, e in done.etags.items()]
+        answers = [
+            await b.get(f"/v1/assets/{done.asset_id}"),
+            await b.get(f"/v1/assets/{done.asset_id}/variants"),
+            await b.post(f"/v1/assets/{done.asset_id}/parts", json={"part_nos": [1]}),
+            await b.post(f"/v1/assets/{done.asset_id}/complete", json={"parts": parts}),
+            await b.post(f"/v1/assets/{done.asset_id}/playback"),
+            await b.get("/v1/assets/no-such-id"),
+        ]
+        mine = await a.get(f"/v1/assets/{done.asset_id}")
     assert [r.status_code for r in answers] == [404] * 6
     assert len({r.json()["detail"] for r in answers}) == 1  # unknown and foreign look alike
     assert mine.status_code == 200 and mine.json()["status"] == "UPLOADING"
@@ -239,47 +245,49 @@ async def test_tampered_and_expired_local_urls_are_refused_and_fresh_ones_work(
     db_url: str, tmp_path: Path, clip: Path
 ) -> None:
     clock = ManualClock()
-    data = clip.read_bytes()
-    async with asset_stack(db_url, tmp_path, clock=clock) as stack:
-        async with stack.client(await stack.tenant("acme")) as api:
-            started = await api.post("/v1/assets/uploads", json=_start_body(clip))
-            plan = started.json()
-            url = plan["upload"]["parts"][0]["url"]
-            async with httpx.AsyncClient(trust_env=False) as http:
-                tampered = [
-                    await http.put(_with_query(url, part="2"), content=data),
-                    await http.put(_with_query(url, sig="0" * 64), content=data),
-                    await http.put(_with_query(url, op="get"), content=data),
-                    await http.put(url.replace("/clip.mp4", "/other.mp4"), content=data),
-                    await http.get(url),  # signed for a part PUT, not a GET
-                ]
-                await clock.advance(3600 + 1)  # the part URLs' life (asset_upload_url_s)
-                expired = await http.put(url, content=data)
-                fresh = await api.post(
-                    f"/v1/assets/{plan['asset_id']}/parts", json={"part_nos": [1]}
-                )
-                part = fresh.json()["parts"][0]
-                resent = await http.put(part["url"], content=data)
+    data = uploads.read(clip)
+    async with (
+        asset_stack(db_url, tmp_path, clock=clock) as stack,
+        stack.client(await stack.tenant("acme")) as api,
+    ):
+        started = await api.post("/v1/assets/uploads", json=_start_body(clip))
+        plan = started.json()
+        url = plan["upload"]["parts"][0]["url"]
+        async with httpx.AsyncClient(trust_env=False) as http:
+            tampered = [
+                await http.put(_with_query(url, part="2"), content=data),
+                await http.put(_with_query(url, sig="0" * 64), content=data),
+                await http.put(_with_query(url, op="get"), content=data),
+                await http.put(url.replace("/clip.mp4", "/other.mp4"), content=data),
+                await http.get(url),  # signed for a part PUT, not a GET
+            ]
+            await clock.advance(3600 + 1)  # the part URLs' life (asset_upload_url_s)
+            expired = await http.put(url, content=data)
+            fresh = await api.post(f"/v1/assets/{plan['asset_id']}/parts", json={"part_nos": [1]})
+            part = fresh.json()["parts"][0]
+            resent = await http.put(part["url"], content=data)
     assert [r.status_code for r in tampered] == [403] * 5
     assert all(r.json()["type"].endswith("/signature-refused") for r in tampered)
     assert expired.status_code == 403 and expired.json()["type"].endswith("/signature-expired")
     assert resent.status_code == 200
-    assert resent.headers["etag"].strip('"') == hashlib.md5(data).hexdigest()  # noqa: S324
+    assert resent.headers["etag"].strip('"') == hashlib.md5(data).hexdigest()
 
 
 async def test_bad_upload_requests_are_422_problems(
     db_url: str, tmp_path: Path, clip: Path
 ) -> None:
-    async with asset_stack(db_url, tmp_path) as stack:
-        async with stack.client(await stack.tenant("acme")) as api:
-            answers = [
-                await api.post("/v1/assets/uploads", json=_start_body(clip, sha256="xyz")),
-                await api.post("/v1/assets/uploads", json=_start_body(clip, size_bytes=0)),
-                await api.post("/v1/assets/uploads", json=_start_body(clip, part_size=1024 * 1024)
-                               | {"size_bytes": 20 * MiB}),
-                await api.post("/v1/assets/uploads", json=_start_body(clip, filename="")),
-                await api.post("/v1/assets/uploads", json=_start_body(clip, extra=1)),
-            ]  # fmt: skip
+    async with (
+        asset_stack(db_url, tmp_path) as stack,
+        stack.client(await stack.tenant("acme")) as api,
+    ):
+        answers = [
+            await api.post("/v1/assets/uploads", json=_start_body(clip, sha256="xyz")),
+            await api.post("/v1/assets/uploads", json=_start_body(clip, size_bytes=0)),
+            await api.post("/v1/assets/uploads", json=_start_body(clip, part_size=1024 * 1024)
+                           | {"size_bytes": 20 * MiB}),
+            await api.post("/v1/assets/uploads", json=_start_body(clip, filename="")),
+            await api.post("/v1/assets/uploads", json=_start_body(clip, extra=1)),
+        ]  # fmt: skip
     assert [r.status_code for r in answers] == [422] * 5
     assert all(r.headers["content-type"] == "application/problem+json" for r in answers)
 
@@ -295,35 +303,35 @@ async def test_tasks_take_only_ready_reference_assets_of_their_tenant(
     db_url: str, tmp_path: Path, clip: Path
 ) -> None:
     task = {"model": FAKE_MODEL, "prompt": "a boat", "duration_s": 2, "resolution": "320x180"}
-    async with asset_stack(db_url, tmp_path) as stack:
-        async with (
-            stack.client(await stack.tenant("a")) as a,
-            stack.client(await stack.tenant("b")) as b,
-        ):
-            ready = await _ready_asset(stack, a, clip)
-            theirs = await _ready_asset(stack, b, clip)
-            pending = (await uploads.upload(a, clip)).asset_id  # still UPLOADING
-            refused = {
-                name: await a.post(
-                    "/v1/generation-tasks",
-                    json=task | {"reference_asset_ids": [ready, bad]},
-                    headers={"Idempotency-Key": f"k-{name}"},
-                )
-                for name, bad in (("unknown", "no-such"), ("foreign", theirs), ("pending", pending))
-            }
-            async with reader(stack.hub.engine) as conn:
-                ledger_rows = (
-                    await conn.execute(sa.select(sa.func.count()).select_from(credit_ledger))
-                ).scalar()
-            created = await a.post(
+    async with (
+        asset_stack(db_url, tmp_path) as stack,
+        stack.client(await stack.tenant("a")) as a,
+        stack.client(await stack.tenant("b")) as b,
+    ):
+        ready = await _ready_asset(stack, a, clip)
+        theirs = await _ready_asset(stack, b, clip)
+        pending = (await uploads.upload(a, clip)).asset_id  # still UPLOADING
+        refused = {
+            name: await a.post(
                 "/v1/generation-tasks",
-                json=task | {"reference_asset_ids": [ready]},
-                headers={"Idempotency-Key": "k-ok"},
+                json=task | {"reference_asset_ids": [ready, bad]},
+                headers={"Idempotency-Key": f"k-{name}"},
             )
-            async with reader(stack.hub.engine) as conn:
-                params = (
-                    await conn.execute(sa.select(generation_tasks.c.normalized_params))
-                ).scalar_one()
+            for name, bad in (("unknown", "no-such"), ("foreign", theirs), ("pending", pending))
+        }
+        async with reader(stack.hub.engine) as conn:
+            ledger_rows = (
+                await conn.execute(sa.select(sa.func.count()).select_from(credit_ledger))
+            ).scalar()
+        created = await a.post(
+            "/v1/generation-tasks",
+            json=task | {"reference_asset_ids": [ready]},
+            headers={"Idempotency-Key": "k-ok"},
+        )
+        async with reader(stack.hub.engine) as conn:
+            params = (
+                await conn.execute(sa.select(generation_tasks.c.normalized_params))
+            ).scalar_one()
     for name, answer in refused.items():
         assert answer.status_code == 422, name
         (error,) = answer.json()["errors"]

@@ -67,6 +67,24 @@ def make_video(dest: Path, size: int | None = None, *, seconds: int = 2) -> Path
     return dest
 
 
+def size_of(path: Path) -> int:
+    return path.stat().st_size
+
+
+def read(path: Path) -> bytes:
+    """A small file's bytes (blocking: for test files of kilobytes)."""
+    return path.read_bytes()
+
+
+def files_under(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` by its relative POSIX name."""
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
@@ -124,7 +142,7 @@ async def upload(
     """Start, send every part (``parallel`` at once, each on its presigned URL, bytes read
     from the file per part), and, when ``fail_part`` is given, first drop that part's
     connection mid-body, then ask fresh URLs for it alone and re-send it. Not completed."""
-    size = path.stat().st_size
+    size = size_of(path)
     started = await api.post(
         "/v1/assets/uploads",
         json={
