@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from aigc_hub.media.probe import InvalidMedia, probe_video
 from aigc_hub.pipelines.generation.adapters.base import (
     GenerationRequest,
     NormalizedStatus,
@@ -15,7 +16,6 @@ from aigc_hub.pipelines.generation.adapters.base import (
     ProviderError,
     RetryClass,
 )
-from aigc_hub.pipelines.generation.probe import InvalidMedia, probe_video
 from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.testing import (
     FAKE_MODEL,

@@ -2,7 +2,7 @@
 
 The hub runs ``ffmpeg`` and ``ffprobe`` as separate processes with argument lists (a crash or
 a hostile file takes down the tool, never the hub); only a fetched MP4's header is read in
-process, through PyAV (``pipelines/generation/probe.py``). The tools are found in this order:
+process, through PyAV (``media/probe.py``). The tools are found in this order:
 
 1. ``AIGC_HUB_FFMPEG`` / ``AIGC_HUB_FFPROBE``: an executable's path (or a name on ``PATH``);
 2. the system's, on ``PATH`` (Debian's ``ffmpeg`` package, Homebrew, …);

@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from aigc_hub.pipelines.generation.probe import InvalidMedia, VideoInfo
+from aigc_hub.media.probe import InvalidMedia, VideoInfo
 
 #: The first bytes of every fake video.
 MAGIC = b"AIGC-HUB-FAKE-VIDEO\n"

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 from pydantic import SecretStr
 
+from aigc_hub.media.probe import VideoInfo, probe_video
 from aigc_hub.pipeline import StateKey
 from aigc_hub.pipelines.generation.adapters.base import ProviderAdapter
-from aigc_hub.pipelines.generation.probe import VideoInfo, probe_video
 from aigc_hub.pipelines.generation.providers import Providers
 from aigc_hub.pipelines.generation.settings import GenerationSettings
 from aigc_hub.reliability import webhooks

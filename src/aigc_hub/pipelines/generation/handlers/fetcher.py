@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from aigc_hub.core import ids
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import Retry
+from aigc_hub.media.probe import InvalidMedia
 from aigc_hub.pipelines.generation import events, records
 from aigc_hub.pipelines.generation.adapters.base import (
     FetchedFile,
@@ -30,7 +31,6 @@ from aigc_hub.pipelines.generation.adapters.base import (
     ProviderError,
 )
 from aigc_hub.pipelines.generation.models import assets, callback_events
-from aigc_hub.pipelines.generation.probe import InvalidMedia
 from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import TaskStatus
 from aigc_hub.reliability.outbox import Routed
