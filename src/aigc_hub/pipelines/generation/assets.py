@@ -36,6 +36,7 @@ from aigc_hub.blobs import keys
 from aigc_hub.blobs.base import BlobInfo, BlobNotFound, BlobStore, MultipartUploads, UploadRejected
 from aigc_hub.core import errors, ids
 from aigc_hub.core.envelope import Envelope
+from aigc_hub.media import sniff
 from aigc_hub.pipelines.generation import events
 from aigc_hub.pipelines.generation.models import assets
 from aigc_hub.pipelines.generation.state import Generation
@@ -46,8 +47,6 @@ from aigc_hub.store.engine import reader
 BUCKET: Final = "hub"
 #: The kind segment of uploaded objects' keys (``t/<tenant>/asset/<asset_id>/<file>``).
 KEY_KIND: Final = "asset"
-#: Bytes read from the head of an upload to sniff its format (media.sniff.SNIFF_BYTES).
-SNIFF_BYTES: Final = 64
 #: What uploaded objects are stored as: the declared type is not trusted, the sniffed one is
 #: recorded in the row.
 STORED_TYPE: Final = "application/octet-stream"
@@ -454,43 +453,9 @@ async def part_urls(
     return {"part_size": 0, "parts": urls, "expires_at": now_s + expires_s}
 
 
-def sniff(head: bytes) -> str | None:
-    """The format the first bytes show: mp4, mov, webm/mkv, png, jpeg, gif, webp; else None.
-
-    A stand-in until ``aigc_hub.media.sniff`` lands (then this goes): the magic numbers of
-    the containers the hub accepts, nothing the declared type says.
-    """
-    if len(head) >= 12 and head[4:8] == b"ftyp":
-        return "mov" if head[8:12] == b"qt  " else "mp4"
-    if head.startswith(b"\x1a\x45\xdf\xa3"):
-        return "webm" if b"webm" in head[:64] else "mkv"
-    if head.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "png"
-    if head.startswith(b"\xff\xd8\xff"):
-        return "jpeg"
-    if head[:6] in (b"GIF87a", b"GIF89a"):
-        return "gif"
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "webp"
-    return None
-
-
-#: Sniffed kind → the content type recorded (media.sniff.CONTENT_TYPES).
-CONTENT_TYPES: Final[Mapping[str, str]] = {
-    "mp4": "video/mp4",
-    "mov": "video/quicktime",
-    "webm": "video/webm",
-    "mkv": "video/x-matroska",
-    "png": "image/png",
-    "jpeg": "image/jpeg",
-    "gif": "image/gif",
-    "webp": "image/webp",
-}
-
-
 async def _head_bytes(store: Store, key: str) -> bytes:
     """The object's first bytes, by a ranged read (never the whole object)."""
-    chunks = [c async for c in store.stream(key, SNIFF_BYTES, start=0, end=SNIFF_BYTES)]
+    chunks = [c async for c in store.stream(key, sniff.SNIFF_BYTES, start=0, end=sniff.SNIFF_BYTES)]
     return b"".join(chunks)
 
 
@@ -517,10 +482,10 @@ def rejection(row: Mapping[str, Any], info: BlobInfo, head: bytes) -> tuple[str 
         return f"size_mismatch: {info.size} bytes, {row['size_bytes']} declared", STORED_TYPE
     if info.sha256 is not None and info.sha256 != row["checksum_value"]:
         return "checksum_mismatch", STORED_TYPE
-    kind = sniff(head)
+    kind = sniff.sniff(head)
     if kind is None:
         return "unknown_format: the first bytes are no accepted media format", STORED_TYPE
-    return None, CONTENT_TYPES[kind]
+    return None, sniff.CONTENT_TYPES[kind]
 
 
 async def complete_upload(

@@ -4,17 +4,14 @@
 The object is streamed into a scratch directory of its own (never held in memory), its
 sha256 computed on the way: S3 keeps no whole-object sha256 after a multipart upload, so
 this is where the declared checksum is verified. Then the media probe reads the file.
+(``aigc_hub.media.probe``: whitelists, and every limit checked before anything decodes).
 Everything outside happens before the one short transaction that records the outcome, a
 guarded ``PROCESSING → …`` move: a redelivery finds the asset moved on and does nothing.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import shutil
-import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from aigc_hub.blobs.base import BlobNotFound
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import PermanentError
+from aigc_hub.media import probe, sandbox
 from aigc_hub.pipelines.generation import assets, events
 from aigc_hub.pipelines.generation.assets import AssetStatus
 from aigc_hub.pipelines.generation.state import Generation
@@ -31,17 +29,6 @@ from aigc_hub.runtime.context import HandlerContext
 
 #: Bytes read from the store per chunk while copying into the scratch directory.
 CHUNK = 1 << 20
-
-
-@contextlib.asynccontextmanager
-async def _scratch() -> AsyncIterator[Path]:
-    """A private directory for one job, removed afterwards whatever happens (media.sandbox's
-    ``scratch_dir`` replaces it once the media toolkit lands)."""
-    path = Path(tempfile.mkdtemp(prefix="aigc-asset-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 class Rejected(PermanentError):
@@ -73,19 +60,22 @@ async def _copy(gen: Generation, row: dict[str, Any], dest: Path) -> None:
         raise Rejected("checksum_mismatch")
 
 
-async def _probe(gen: Generation, path: Path) -> dict[str, Any]:
-    """The facts the row records; Rejected when the file is no readable video."""
+async def _probe(gen: Generation, path: Path, scratch: Path) -> dict[str, Any]:
+    """The facts the row records; Rejected when the media toolkit refuses the file (format,
+    codec, limits checked before anything decodes, unreadable…)."""
+    limits = sandbox.MediaLimits(max_bytes=gen.settings.asset_max_bytes)
     try:
-        info = await gen.probe(path)
-    except PermanentError as exc:  # InvalidMedia (media.probe's MediaRefused is one too)
-        raise Rejected(f"unreadable: {exc}") from None
+        info = await probe.probe(path, limits, scratch_root=scratch)
+    except sandbox.MediaRefused as exc:
+        raise Rejected(f"{exc.code}: {exc}") from None
     return {
         "width": info.width,
         "height": info.height,
         "duration_ms": info.duration_ms,
         "frame_rate_num": info.frame_rate_num,
         "frame_rate_den": info.frame_rate_den,
-        "codec": info.codec,
+        "codec": info.video_codec,
+        "audio_codec": info.audio_codec,
     }
 
 
@@ -99,11 +89,11 @@ async def probe_upload(gen: Generation, env: Envelope, ctx: HandlerContext) -> l
         return []
     to: AssetStatus = AssetStatus.READY
     values: dict[str, Any] = {"status_reason": None}
-    async with _scratch() as scratch:
+    async with sandbox.scratch_dir() as scratch:
         try:
             path = scratch / "source"
             await _copy(gen, row, path)
-            values |= await _probe(gen, path)
+            values |= await _probe(gen, path, scratch)
         except Rejected as exc:
             to, values = AssetStatus.REJECTED, {"status_reason": exc.reason[:300]}
     now = gen.hub.clock.now_ms()
