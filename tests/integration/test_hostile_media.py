@@ -87,6 +87,12 @@ def good_mp4(clips: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
+def good_bytes(good_mp4: Path, good_webm: Path) -> tuple[bytes, bytes]:
+    """The good MP4's and WebM's bytes, for hostile edits."""
+    return good_mp4.read_bytes(), good_webm.read_bytes()
+
+
+@pytest.fixture(scope="module")
 def good_webm(clips: Path) -> Path:
     video = ["-f", "lavfi", "-i", "testsrc2=size=320x180:rate=25", "-t", "1"]
     return encode(clips / "good.webm", *video, "-c:v", "libvpx-vp9", "-b:v", "100k")
@@ -200,10 +206,15 @@ def listing(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir())
 
 
+def found(directory: Path, name: str) -> list[Path]:
+    """Every file called ``name`` under ``directory``."""
+    return list(directory.rglob(name))
+
+
 async def test_every_hostile_file_is_refused_with_its_reason_and_touches_no_canary(
-    tmp_path: Path, canaries: Canaries, clips: Path, good_mp4: Path, good_webm: Path
+    tmp_path: Path, canaries: Canaries, clips: Path, good_bytes: tuple[bytes, bytes]
 ) -> None:
-    files = hostile_files(canaries, clips, good_mp4.read_bytes(), good_webm.read_bytes())
+    files = hostile_files(canaries, clips, *good_bytes)
     uploads, scratch = tmp_path / "uploads", tmp_path / "scratch"
     uploads.mkdir()
     seen: dict[str, str] = {}
@@ -249,7 +260,7 @@ NAMES = [
 
 
 async def test_file_names_that_look_like_options_or_shell_are_only_names(
-    tmp_path: Path, good_mp4: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, good_bytes: tuple[bytes, bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     work = tmp_path / "work"
     work.mkdir()
@@ -258,7 +269,7 @@ async def test_file_names_that_look_like_options_or_shell_are_only_names(
     before = listing(work)
     for name in NAMES:
         source = tmp_path / name
-        source.write_bytes(good_mp4.read_bytes())
+        source.write_bytes(good_bytes[0])
         info = await probe.probe(source, scratch_root=tmp_path / "scratch")
         assert (info.kind, info.width, info.height) == ("video", 320, 180)
         made = await make_variant("poster", source, info, tmp_path / "variants" / name.strip("-."))
@@ -266,7 +277,7 @@ async def test_file_names_that_look_like_options_or_shell_are_only_names(
         frames = await sample_frames(source, info, tmp_path / "scratch", count=2, width=16)
         assert len(frames) == 2
     assert listing(work) == before and (work / "x").read_text() == "must survive"
-    assert not list(tmp_path.rglob("pwned")) and listing(tmp_path / "scratch") == []
+    assert found(tmp_path, "pwned") == [] and listing(tmp_path / "scratch") == []
 
 
 async def test_a_source_that_is_a_fifo_or_a_directory_is_refused_without_blocking(
