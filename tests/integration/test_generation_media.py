@@ -20,11 +20,11 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
-from aigc_hub.media.frames import GrayFrame
-from aigc_hub.moderation import Decision, Moderation, ModerationUnavailable
 
 from aigc_hub.core.errors import RetryableError
 from aigc_hub.media import ladder, tools
+from aigc_hub.media.frames import GrayFrame
+from aigc_hub.moderation import Decision, Moderation, ModerationUnavailable
 from aigc_hub.observability import metrics
 from aigc_hub.pipelines.generation import events
 from aigc_hub.pipelines.generation.media_scanners import OrphanScanner

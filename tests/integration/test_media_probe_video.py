@@ -8,11 +8,13 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import av.logging
 import pytest
 
 from aigc_hub.media import probe, tools
+from aigc_hub.media.sandbox import MediaLimits
 from tests.support.provider import require_ffmpeg
 
 pytestmark = pytest.mark.ffmpeg
@@ -61,9 +63,9 @@ def ffprobe_calls(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     calls: list[Path] = []
     real: Callable[..., Awaitable[probe.VideoInfo]] = probe.ffprobe_video
 
-    async def counted(path: Path, *, timeout_s: float = 30.0) -> probe.VideoInfo:
+    async def counted(path: Path, **options: Any) -> probe.VideoInfo:
         calls.append(path)
-        return await real(path, timeout_s=timeout_s)
+        return await real(path, **options)
 
     monkeypatch.setattr(probe, "ffprobe_video", counted)
     return calls
@@ -169,3 +171,14 @@ async def test_a_read_past_its_time_limit_is_invalid_media(tmp_path: Path) -> No
     path = h264(tmp_path / "a.mp4", "160x90", "25", 1)
     with pytest.raises(probe.InvalidMedia, match="timed out"):
         await probe.probe_video(path, timeout_s=0)
+
+
+async def test_the_limits_hold_on_both_paths(tmp_path: Path, ffprobe_calls: list[Path]) -> None:
+    in_process = h264(tmp_path / "a.mp4", "160x90", "25", 1)
+    by_ffprobe = encode(tmp_path / "a.mkv", *TESTSRC, *H264)
+    narrow = MediaLimits(max_width=100)
+    for path in (in_process, by_ffprobe):
+        with pytest.raises(probe.InvalidMedia) as refused:
+            await probe.probe_video(path, limits=narrow)
+        assert refused.value.code == "dimensions"
+    assert ffprobe_calls == [by_ffprobe]

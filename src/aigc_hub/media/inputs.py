@@ -104,7 +104,11 @@ def stage(source: Path, scratch: Path, limits: MediaLimits) -> StagedInput:
     (the magic number is not one the hub accepts).
     """
     try:
-        # O_NONBLOCK: opening a FIFO for reading must not wait for a writer
+        # Not even opened unless it is a regular file: opening a FIFO for reading is what
+        # its writer waits for, and a device may never end.
+        if not stat.S_ISREG(os.stat(source).st_mode):
+            raise MediaRefused("not_a_file", "not a regular file")
+        # O_NONBLOCK: should it be swapped for a FIFO since, the open still does not wait
         fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise MediaRefused("unreadable", f"cannot open the file: {exc.strerror}") from None

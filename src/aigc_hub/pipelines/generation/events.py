@@ -35,6 +35,7 @@ MEDIA_PROCESS_REQUESTED = "generation.media.process_requested"
 ORPHAN_OBJECT_FOUND = "generation.reconcile.orphan_object"
 MISSING_OBJECT_FOUND = "generation.reconcile.missing_object"
 SLOT_FREED = "generation.slot.freed"
+ASSET_UPLOADED = "asset.uploaded"
 
 TOPIC_NAMES = (
     DISPATCH,
@@ -167,6 +168,13 @@ class MissingObjectFound(pydantic.BaseModel):
     asset_id: str
 
 
+class AssetUploaded(pydantic.BaseModel):
+    """A tenant completed an upload (size and magic number checked): verify and probe it."""
+
+    asset_id: str
+    tenant_id: str
+
+
 def register(pipeline: PipelineBase) -> None:
     """Declare every generation topic on ``pipeline``, and every payload with its topic."""
     for name in TOPIC_NAMES:
@@ -190,3 +198,4 @@ def register(pipeline: PipelineBase) -> None:
     pipeline.event(MEDIA_PROCESS_REQUESTED, topic=MEDIA)(MediaProcessRequested)
     pipeline.event(ORPHAN_OBJECT_FOUND, topic=RECONCILE)(OrphanObjectFound)
     pipeline.event(MISSING_OBJECT_FOUND, topic=RECONCILE)(MissingObjectFound)
+    pipeline.event(ASSET_UPLOADED, topic=MEDIA)(AssetUploaded)
