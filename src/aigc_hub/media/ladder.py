@@ -116,8 +116,10 @@ async def make_variant(
 ) -> VariantFiles:
     """Make ``profile`` of ``source`` (probed as ``info``) into ``out_dir/<profile>/``.
 
-    Replaces what an earlier run left there. Raises ValueError for an unknown profile or a
-    bad ladder; MediaRefused("profile") when the source's kind has no such variant,
+    Replaces what an earlier run left there. The run's scratch directory is made inside
+    ``out_dir`` (so the source can be hard-linked in and the result renamed into place when
+    both are on one filesystem) and removed afterwards. Raises ValueError for an unknown
+    profile or a bad ladder; MediaRefused("profile") when the source's kind has no such variant,
     MediaRefused("format") when the file no longer is what was probed, and the sandbox's
     refusals ("timeout", "memory", "tool_failed"…) when FFmpeg does not finish.
     """

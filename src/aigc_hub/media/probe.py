@@ -93,7 +93,9 @@ async def probe(
     Every limit is checked on the container's claims before anything decodes (module doc).
     Codes: those of :func:`inputs.stage`, "too_many_streams", "dimensions", "duration",
     "frame_rate", "codec", "unreadable", "timeout", "memory". ``scratch_root`` is where the
-    job's private directory is made (and removed). Raises MediaToolMissing without ffprobe.
+    job's private directory is made (and removed): on the source's filesystem the source is
+    hard-linked, elsewhere (the default: the system's temporary directory) it is copied.
+    Raises MediaToolMissing without ffprobe.
     """
     staged, data = await _read(path, limits, scratch_root)
     return _media_info(staged, data)
