@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from aigc_hub.pipeline import Pipeline, TimelineEntry
-from aigc_hub.pipelines.generation import events, http, models
+from aigc_hub.pipelines.generation import events, gallery, http, models
 from aigc_hub.pipelines.generation.handlers import fetcher, observer, poller, scheduler, submitter
 from aigc_hub.pipelines.generation.models import task_events
 from aigc_hub.pipelines.generation.scanners import factories, state_factories
@@ -49,6 +49,7 @@ pipeline = Pipeline(
 )
 events.register(pipeline)
 pipeline.up_hook(local_provider_hook)
+pipeline.gallery(gallery.gallery_items)
 pipeline.routers += [http.router, http.credits_router, http.callbacks_router]
 for factory in factories():
     pipeline.scanner(factory)
