@@ -222,6 +222,24 @@ async def test_put_get_head_delete_round_trip(engine: Engine, tenant: str) -> No
     await store.delete(key)  # absent: still fine
 
 
+async def test_stream_reads_only_the_byte_range_asked(engine: Engine, tenant: str) -> None:
+    store, data = engine.store, bytes(range(256)) * 40
+    key = keys.object_key(tenant, "asset", uuid.uuid4(), "ranged.bin")
+    await store.put(key, data, "application/x-test")
+
+    async def read(start: int = 0, end: int | None = None, chunk: int = 1000) -> bytes:
+        return b"".join([c async for c in store.stream(key, chunk, start=start, end=end)])
+
+    assert await read(0, 64) == data[:64]
+    assert await read(5000, 7001, chunk=300) == data[5000:7001]
+    assert await read(10_000) == data[10_000:]
+    assert await read(17, 17) == b""
+    assert await read(len(data) + 10) == b""  # past the end: nothing, not an error
+    assert await read(len(data) - 3, len(data) + 50) == data[-3:]
+    with pytest.raises(ValueError):
+        await read(10, 5)
+
+
 async def test_streamed_put_records_size_and_sha256(engine: Engine, tenant: str) -> None:
     chunks = [bytes([i]) * 70_000 for i in range(5)]
 

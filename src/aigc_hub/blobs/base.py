@@ -117,8 +117,12 @@ class BlobStore(Protocol):
         """The whole object; raises :class:`BlobNotFound`. Use :meth:`stream` for large ones."""
         ...
 
-    def stream(self, key: str, chunk_size: int = CHUNK_SIZE) -> AsyncIterator[bytes]:
-        """The object in chunks of at most ``chunk_size``; :class:`BlobNotFound` on first read."""
+    def stream(
+        self, key: str, chunk_size: int = CHUNK_SIZE, *, start: int = 0, end: int | None = None
+    ) -> AsyncIterator[bytes]:
+        """The object's bytes ``start`` to ``end`` (exclusive; None: the last byte) in chunks of
+        at most ``chunk_size``, fetching no more than that range; :class:`BlobNotFound` on
+        first read. A range past the end yields what exists (possibly nothing)."""
         ...
 
     async def head(self, key: str) -> BlobInfo | None:
@@ -222,6 +226,14 @@ def check_parts(parts: Parts, features: Features) -> list[tuple[int, str]]:
     if len(set(numbers)) != len(numbers):
         raise UploadRejected(f"part numbers repeat: {numbers}")
     return ordered
+
+
+def check_range(start: int, end: int | None) -> None:
+    """``ValueError`` unless ``0 <= start`` and, when given, ``start <= end``."""
+    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+        raise ValueError(f"start must be a non-negative int, got {start!r}")
+    if end is not None and (isinstance(end, bool) or not isinstance(end, int) or end < start):
+        raise ValueError(f"end must be an int >= start ({start}), got {end!r}")
 
 
 def plain_etag(etag: str) -> str:

@@ -153,11 +153,24 @@ class LocalBlobStore:
         """The whole object; :class:`BlobNotFound` when absent."""
         return await asyncio.to_thread(self._read, keys.check_key(key))
 
-    async def stream(self, key: str, chunk_size: int = CHUNK_SIZE) -> AsyncIterator[bytes]:
-        """The object in chunks; a concurrent replace does not change what this read sees."""
+    async def stream(
+        self, key: str, chunk_size: int = CHUNK_SIZE, *, start: int = 0, end: int | None = None
+    ) -> AsyncIterator[bytes]:
+        """The object (or bytes ``start`` to ``end``) in chunks; a concurrent replace does not
+        change what this read sees."""
+        base.check_range(start, end)
         f = await asyncio.to_thread(self._open, keys.check_key(key))
         try:
-            while chunk := await asyncio.to_thread(f.read, chunk_size):
+            if start:
+                await asyncio.to_thread(f.seek, start)
+            left = None if end is None else end - start
+            while left is None or left > 0:
+                want = chunk_size if left is None else min(chunk_size, left)
+                chunk = await asyncio.to_thread(f.read, want)
+                if not chunk:
+                    break
+                if left is not None:
+                    left -= len(chunk)
                 yield chunk
         finally:
             f.close()

@@ -161,9 +161,9 @@ class S3BlobStore:
         )
         return BlobInfo(key, size, base.plain_etag(response["ETag"]), content_type, sha256)
 
-    async def _get_object(self, key: str) -> Any:
+    async def _get_object(self, key: str, **params: Any) -> Any:
         try:
-            return await self._call(self._client.get_object, Key=keys.check_key(key))
+            return await self._call(self._client.get_object, Key=keys.check_key(key), **params)
         except ClientError as exc:
             if _code(exc) in _NOT_FOUND:
                 raise BlobNotFound(f"no blob under {key!r}") from None
@@ -177,9 +177,22 @@ class S3BlobStore:
         finally:
             body.close()
 
-    async def stream(self, key: str, chunk_size: int = CHUNK_SIZE) -> AsyncIterator[bytes]:
-        """The object in chunks, read from one GET response."""
-        body = (await self._get_object(key))["Body"]
+    async def stream(
+        self, key: str, chunk_size: int = CHUNK_SIZE, *, start: int = 0, end: int | None = None
+    ) -> AsyncIterator[bytes]:
+        """The object (or bytes ``start`` to ``end``, one ranged GET) in chunks."""
+        base.check_range(start, end)
+        if end == start:
+            return
+        params: dict[str, Any] = {}
+        if start or end is not None:
+            params["Range"] = f"bytes={start}-{'' if end is None else end - 1}"
+        try:
+            body = (await self._get_object(key, **params))["Body"]
+        except ClientError as exc:
+            if _code(exc) == "InvalidRange":  # starts past the end: nothing there
+                return
+            raise
         chunks = body.iter_chunks(chunk_size)
         try:
             while chunk := await asyncio.to_thread(next, chunks, b""):

@@ -16,7 +16,7 @@ from fastapi import APIRouter, FastAPI
 from aigc_hub.bootstrap import Hub
 from aigc_hub.interfaces import console
 from aigc_hub.interfaces.console.sessions import Sessions
-from aigc_hub.interfaces.http import admin, events, health, problems
+from aigc_hub.interfaces.http import admin, blobs, events, health, problems
 from aigc_hub.interfaces.http.key_cache import DEFAULT_TTL_S, KeyCache
 from aigc_hub.interfaces.http.limits import BodyLimits, Limits
 
@@ -52,7 +52,13 @@ def create_app(
     if console_secret is not None:
         app.state.console_sessions = Sessions(secret=console_secret)
     problems.install(app)
-    app.add_middleware(BodyLimits, limits=limits)
+    # The local blob engine's signed URLs point at the hub: serve them (streamed, bounded
+    # by the route itself, so outside the JSON body limit).
+    served = hub.blobs is not None and hub.blobs.features.urls_served_by_hub
+    if served and isinstance(hub.blobs, blobs.HubServedBlobs):
+        app.include_router(blobs.router(hub.blobs))
+    exempt = (blobs.PREFIX + "/",) if served else ()
+    app.add_middleware(BodyLimits, limits=limits, exempt=exempt)
     app.include_router(health.router)
     app.include_router(admin.router, prefix="/admin")
     app.include_router(events.router, prefix=API_PREFIX)

@@ -97,12 +97,14 @@ def _is_json(scope: Scope) -> bool:
 class BodyLimits:
     """ASGI middleware enforcing :class:`Limits` body size and JSON depth on HTTP requests."""
 
-    def __init__(self, app: ASGIApp, limits: Limits) -> None:
+    def __init__(self, app: ASGIApp, limits: Limits, exempt: tuple[str, ...] = ()) -> None:
         self.app = app
         self.limits = limits
+        #: Path prefixes whose routes bound their own (streamed) bodies: blob uploads.
+        self.exempt = exempt
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or (self.exempt and scope["path"].startswith(self.exempt)):
             await self.app(scope, receive, send)
             return
         limit = self.limits.max_body_bytes

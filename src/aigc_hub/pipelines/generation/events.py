@@ -17,6 +17,7 @@ DISPATCH = "generation.dispatch"
 OBSERVE = "provider.status.observe"
 POLL = "provider.poll"
 FETCH = "output.fetch"
+MEDIA = "media.process"
 
 TASK_QUEUED = "generation.task.queued"
 ATTEMPT_DISPATCHED = "generation.attempt.dispatched"
@@ -25,13 +26,14 @@ STATUS_OBSERVED = "generation.provider.status_observed"
 POLL_REQUESTED = "generation.poll.requested"
 FETCH_REQUESTED = "generation.output.fetch_requested"
 SLOT_FREED = "generation.slot.freed"
+ASSET_UPLOADED = "asset.uploaded"
 
 TOPIC_NAMES = (
     DISPATCH,
     OBSERVE,
     POLL,
     FETCH,
-    "media.process",
+    MEDIA,
     "render.execute",
     "billing.command",
     "reconcile.command",
@@ -132,6 +134,13 @@ class FetchRequested(pydantic.BaseModel):
     callback_id: int | None = None
 
 
+class AssetUploaded(pydantic.BaseModel):
+    """A tenant completed an upload (size and magic number checked): verify and probe it."""
+
+    asset_id: str
+    tenant_id: str
+
+
 def register(pipeline: PipelineBase) -> None:
     """Declare every generation topic on ``pipeline``, and every payload with its topic."""
     for name in TOPIC_NAMES:
@@ -151,3 +160,4 @@ def register(pipeline: PipelineBase) -> None:
     pipeline.event(STATUS_OBSERVED, topic=OBSERVE)(StatusObserved)
     pipeline.event(POLL_REQUESTED, topic=POLL)(PollRequested)
     pipeline.event(FETCH_REQUESTED, topic=FETCH)(FetchRequested)
+    pipeline.event(ASSET_UPLOADED, topic=MEDIA)(AssetUploaded)

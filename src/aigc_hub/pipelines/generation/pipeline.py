@@ -13,7 +13,8 @@ concurrency pool (seed 004 §3.2.9), each handled by its module in ``handlers/``
 * ``generation-submitter`` — submit and cancel calls to providers;
 * ``generation-observer`` — the one state handler for ``provider.status.observe``;
 * ``generation-poller`` — provider status queries on ``provider.poll``;
-* ``generation-fetcher`` — output downloads on ``output.fetch``.
+* ``generation-fetcher`` — output downloads on ``output.fetch``;
+* ``generation-media`` — media work on ``media.process``: uploads verified and probed.
 """
 
 from __future__ import annotations
@@ -23,8 +24,15 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from aigc_hub.pipeline import Pipeline, TimelineEntry
-from aigc_hub.pipelines.generation import events, gallery, http, models
-from aigc_hub.pipelines.generation.handlers import fetcher, observer, poller, scheduler, submitter
+from aigc_hub.pipelines.generation import assets_http, events, gallery, http, models
+from aigc_hub.pipelines.generation.handlers import (
+    asset_probe,
+    fetcher,
+    observer,
+    poller,
+    scheduler,
+    submitter,
+)
 from aigc_hub.pipelines.generation.models import task_events
 from aigc_hub.pipelines.generation.scanners import factories, state_factories
 from aigc_hub.pipelines.generation.settings import GenerationSettings
@@ -51,6 +59,7 @@ events.register(pipeline)
 pipeline.up_hook(local_provider_hook)
 pipeline.gallery(gallery.gallery_items)
 pipeline.routers += [http.router, http.credits_router, http.callbacks_router]
+pipeline.routers += [assets_http.router, assets_http.playback_router]
 for factory in factories():
     pipeline.scanner(factory)
 for state_factory in state_factories():
@@ -71,6 +80,9 @@ pipeline.handler_with_state("generation-poller", [events.POLL], concurrency=8, t
 )
 pipeline.handler_with_state("generation-fetcher", [events.FETCH], concurrency=2, timeout=600)(
     fetcher.on_fetch
+)
+pipeline.handler_with_state("generation-media", [events.MEDIA], concurrency=2, timeout=600)(
+    asset_probe.on_uploaded
 )
 
 

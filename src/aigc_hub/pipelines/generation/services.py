@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from aigc_hub.core import errors, ids
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import StaleTransition
-from aigc_hub.pipelines.generation import events, ledger, records
+from aigc_hub.pipelines.generation import assets, events, ledger, records
 from aigc_hub.pipelines.generation.adapters.base import CapabilityError, ProviderResult
 from aigc_hub.pipelines.generation.models import (
     callback_events,
@@ -187,9 +187,6 @@ async def create_task(
     create back and propagates.
     """
     hub = gen.hub
-    if body.reference_asset_ids:
-        # Uploads come with the media plane; until then no asset id can be valid.
-        raise InvalidRequest("reference_asset_ids", "unknown asset id")
     params = _normalized(body)
     task_id = ids.new_id_str()
     now = hub.clock.now_ms()
@@ -234,6 +231,9 @@ async def create_task(
     )
     try:
         async with hub.transaction() as conn:
+            if body.reference_asset_ids:
+                # Checked where the task is written: an asset deleted a moment earlier fails.
+                await assets.check_reference_assets(conn, tenant_id, body.reference_asset_ids)
             # Parameters at execute time: the compiled INSERT is cached (hot path of the API).
             await conn.execute(generation_tasks.insert(), row)
             await ledger.reserve(
@@ -259,6 +259,10 @@ async def create_task(
             if before_commit is not None:
                 await before_commit(conn, created)
                 hub.failpoints.hit(AFTER_HOOK)
+    except InvalidRequest:
+        raise
+    except errors.InvalidInput as exc:  # a reference asset not usable: nothing was written
+        raise InvalidRequest(exc.field, str(exc)) from None
     except sa.exc.IntegrityError:
         existing = await _by_idempotency_key(hub, tenant_id, idempotency_key)
         if existing is None:

@@ -104,6 +104,29 @@ class GenerationSettings(BaseSettings):
     max_output_bytes: int = Field(2 * 1024**3, description="largest output accepted")
     max_attempts: int = Field(3, description="attempts per task (confirmed non-acceptance only)")
 
+    # Uploaded assets (seed 004 §3.3.3-3, §3.6.1): limits per tenant and signed URL lives.
+    asset_max_bytes: int = Field(
+        2 * 1024**3, ge=1, description="largest asset one upload may declare (413 above)"
+    )
+    asset_max_count: int = Field(
+        10_000, ge=1, description="assets a tenant may hold, uploading or kept (409 above)"
+    )
+    asset_max_total_bytes: int = Field(
+        100 * 1024**3, ge=1, description="bytes a tenant's assets may total (429 above)"
+    )
+    asset_part_size: int = Field(
+        8 * 1024**2, ge=5 * 1024**2, description="upload part size when the client names none"
+    )
+    asset_upload_url_s: int = Field(
+        3600, ge=60, le=7 * 24 * 3600, description="life of a presigned upload part URL"
+    )
+    asset_playback_s: int = Field(600, ge=10, le=24 * 3600, description="life of a playback grant")
+    asset_url_secret: SecretStr = Field(
+        SecretStr(""),
+        description="signs playback tokens (HLS playlists served by the API); give every API "
+        "process the same value (at least 32 characters); empty = random per process",
+    )
+
     @field_validator("local_webhook_secrets", "replicate_webhook_secrets")
     @classmethod
     def _secrets_decode(cls, value: str, info: ValidationInfo) -> str:
