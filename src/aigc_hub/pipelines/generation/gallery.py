@@ -66,17 +66,15 @@ def _profile_rank(row: sa.Row[Any]) -> tuple[int, int]:
 async def _url(gen: Generation, tenant_id: str, asset_id: str) -> playback.PlaybackGrant | None:
     try:
         return await playback.playback_grant(gen, tenant_id=tenant_id, asset_id=asset_id)
-    except NotFound:
-        # A race with a delete or a variant not playable yet: show the tile without it.
+    except (NotFound, playback.NotPlayable):
+        # A race with a delete or a status change since the read: show the tile without it.
         return None
 
 
 def _task_query(query: GalleryQuery) -> sa.Select[Any]:
     t = generation_tasks
-    stmt = sa.select(
-        t.c.id, t.c.tenant_id, t.c.normalized_params, t.c.status, t.c.created_at,
-        t.c.result_asset_id,
-    )  # fmt: skip
+    columns = (t.c.id, t.c.tenant_id, t.c.normalized_params, t.c.status, t.c.created_at)
+    stmt = sa.select(*columns, t.c.result_asset_id)
     if query.tenant_id is not None:
         stmt = stmt.where(t.c.tenant_id == query.tenant_id)
     if query.task_id is not None:
