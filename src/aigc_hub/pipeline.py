@@ -60,6 +60,66 @@ TimelineSource = Callable[["Hub", str], Awaitable["list[TimelineEntry] | None"]]
 
 
 @dataclass(frozen=True)
+class GalleryMedia:
+    """One stored file of a task's result (the result itself or a variant of it: proxy, HLS,
+    poster…), as the console's gallery and task explorer show it."""
+
+    asset_id: str
+    #: ``source`` for the result itself, else the variant's profile (``hls``, ``poster``…).
+    profile: str
+    status: str
+    content_type: str | None = None
+    size_bytes: int | None = None
+    width: int | None = None
+    height: int | None = None
+    duration_ms: int | None = None
+    #: Why it is REJECTED or failed, when it is.
+    status_reason: str | None = None
+    #: A short-lived link to play or view it (READY files only); never stored.
+    url: str | None = None
+
+
+@dataclass(frozen=True)
+class GalleryItem:
+    """One task in a tenant's gallery: what it was asked for, where it is, what to show."""
+
+    task_id: str
+    tenant_id: str
+    #: The prompt (or another short description), possibly cut.
+    title: str
+    status: str
+    created_at: int
+    #: Short-lived URLs minted for this page (seed 004 §3.2.9: rows keep object keys).
+    poster_url: str | None = None
+    play_url: str | None = None
+    #: The content type of :attr:`play_url`: an HLS playlist or a plain video.
+    play_type: str | None = None
+    result: GalleryMedia | None = None
+    variants: tuple[GalleryMedia, ...] = ()
+
+
+@dataclass(frozen=True)
+class GalleryQuery:
+    """Which tasks a gallery source returns, newest first.
+
+    The console sets :attr:`tenant_id` from the signed-in key: a tenant always gets its own
+    id here; only an admin may pass another tenant's id or None (every tenant).
+    """
+
+    tenant_id: str | None
+    #: One task only (the task explorer, a player page); the source answers [] if unknown.
+    task_id: str | None = None
+    #: Keyset cursor: only tasks strictly older than ``(created_at, task_id)``.
+    before: tuple[int, str] | None = None
+    limit: int = 24
+
+
+#: What a pipeline shows of its tasks in the console's gallery (newest first, at most
+#: ``query.limit`` items, only ``query.tenant_id``'s when it is set).
+GallerySource = Callable[["Hub", GalleryQuery], Awaitable[list[GalleryItem]]]
+
+
+@dataclass(frozen=True)
 class UpContext:
     """What ``aigc-hub up`` tells a pipeline's hooks: where the API and the data are, and how
     to say one line to the person who started it."""
@@ -157,6 +217,8 @@ class PipelineBase:
     #: FastAPI routers mounted under ``/v1`` by the HTTP app.
     routers: list[APIRouter] = field(default_factory=list)
     timelines: list[TimelineSource] = field(default_factory=list)
+    #: Sources of the console's gallery (see :data:`GallerySource`).
+    galleries: list[GallerySource] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)
     #: Short name for the CLI group and the env prefix (``gen``); default: ``name``.
     alias: str = ""
@@ -215,6 +277,11 @@ class PipelineBase:
     def timeline(self, source: TimelineSource) -> TimelineSource:
         """Register how this pipeline tells one subject's history (console task explorer)."""
         self.timelines.append(source)
+        return source
+
+    def gallery(self, source: GallerySource) -> GallerySource:
+        """Register how this pipeline shows its tasks in the console's gallery."""
+        self.galleries.append(source)
         return source
 
     def handler(

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import uvicorn
 
 from aigc_hub import tenancy
+from aigc_hub.blobs.base import BlobStore
 from aigc_hub.bootstrap import Hub
 from aigc_hub.interfaces.http.app import create_app
 from aigc_hub.messaging.memory import MemoryBroker
@@ -44,13 +45,19 @@ class ConsoleServer:
     """Serves ``create_app(hub)`` on 127.0.0.1 and runs the relay and ``groups`` meanwhile.
 
     ``groups=None`` runs every consumer group, ``[]`` none (the relay still publishes, so
-    messages pile up as lag).
+    messages pile up as lag). ``blobs`` is the hub's blob store (None: the hub has none).
     """
 
     def __init__(
-        self, db_url: str, pipelines: Sequence[Pipeline], *, groups: Sequence[str] | None = None
+        self,
+        db_url: str,
+        pipelines: Sequence[Pipeline],
+        *,
+        groups: Sequence[str] | None = None,
+        blobs: BlobStore | None = None,
     ) -> None:
         self.db_url = db_url
+        self.blobs = blobs
         self.pipelines = pipelines
         self.groups = groups
         self.url = ""
@@ -97,7 +104,7 @@ class ConsoleServer:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        async with hub_for(self.db_url, MemoryBroker(), self.pipelines) as hub:
+        async with hub_for(self.db_url, MemoryBroker(), self.pipelines, blobs=self.blobs) as hub:
             self.hub = hub
             self.admin_key = await tenancy.create_admin_key(hub.engine)
             app = create_app(hub)

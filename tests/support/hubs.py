@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
+from aigc_hub.blobs.base import BlobStore
 from aigc_hub.bootstrap import Hub
 from aigc_hub.core.clock import Clock, ManualClock
 from aigc_hub.core.failpoints import Failpoints
@@ -61,6 +62,7 @@ async def hub_for(
     clock: Clock | None = None,
     failpoints: Failpoints | None = None,
     concurrency: int | None = None,
+    blobs: BlobStore | None = None,
 ) -> AsyncIterator[Hub]:
     """A started hub on ``db_url`` + ``broker`` with the test pipeline's tables created."""
     engine = store_engine.create_engine(db_url)
@@ -73,6 +75,7 @@ async def hub_for(
         in_process=IN_PROCESS,
         delayed=DELAYED,
         concurrency=concurrency,
+        blobs=blobs,
     )
     hub = Hub(config, pipelines)
     await hub.start()

@@ -1,11 +1,18 @@
-"""Console login: an admin API key, checked as the admin API checks it, opens a cookie session.
+"""Console login: a live API key, checked as the API checks it, opens a cookie session.
 
 The cookie holds a signed, expiring token (:mod:`.sessions`), is ``HttpOnly`` and
-``SameSite=Strict`` and scoped to the console's path. Every console route depends on
-:func:`operator`; without a valid session an HTML page redirects to the login page and a
-JSON endpoint answers 401. State-changing forms depend on :func:`checked_form`, which also
-demands the session's CSRF token. The key behind a session is looked up on every request,
-so revoking it ends the session.
+``SameSite=Strict`` and scoped to the console's path. Two kinds of session:
+
+* an **admin** key reaches every page (dead letters, dashboard, task explorer, gallery of
+  every tenant);
+* a **tenant** key reaches only the tenant-facing pages (its own gallery) through
+  :func:`viewer`; every admin page depends on :func:`operator`, which answers a tenant
+  session with 403 (a page, or JSON for ``.json`` endpoints), never with the admin data.
+
+Without a valid session an HTML page redirects to the login page and a JSON endpoint answers
+401. State-changing forms depend on :func:`checked_form` (admin) or :func:`checked_viewer_form`
+(log out), which also demand the session's CSRF token. The key behind a session is looked up
+on every request, so revoking it ends the session.
 """
 
 from __future__ import annotations
@@ -33,6 +40,10 @@ class LoginRequired(Exception):
     """No valid console session (missing, forged, expired, or its key was revoked)."""
 
 
+class AdminRequired(Exception):
+    """A tenant session asked for an admin page."""
+
+
 class CsrfRefused(Exception):
     """A state-changing form came without the session's CSRF token."""
 
@@ -50,6 +61,17 @@ class ConsoleRoute(APIRoute):
                 if request.url.path.endswith(".json"):
                     return JSONResponse({"detail": "log in to the console"}, status_code=401)
                 return RedirectResponse(_login_url(request), status_code=303)
+            except AdminRequired:
+                if request.url.path.endswith(".json"):
+                    return JSONResponse({"detail": "admin only"}, status_code=403)
+                return page(
+                    request,
+                    "error.html",
+                    status_code=403,
+                    title="Admins only",
+                    message="This page is for operators: it needs an admin key. "
+                    "A tenant key opens the gallery of its own tasks.",
+                )
             except CsrfRefused:
                 return page(
                     request,
@@ -72,7 +94,7 @@ def _safe_next(target: str | None) -> str:
     # Only paths inside the console: never an open redirect to another site.
     if target and target.startswith(PREFIX + "/") and not target.startswith("//"):
         return target
-    return f"{PREFIX}/dlq"
+    return f"{PREFIX}/"
 
 
 def sessions_of(request: Request) -> Sessions:
@@ -87,11 +109,17 @@ def sessions_of(request: Request) -> Sessions:
 
 @dataclass(frozen=True)
 class Operator:
-    """The admin behind a console session, and the CSRF token its forms carry."""
+    """The key behind a console session (an admin's or a tenant's), and the CSRF token its
+    forms carry."""
 
     principal: Principal
     token: str
     csrf: str
+
+    @property
+    def is_admin(self) -> bool:
+        """True for an admin key's session."""
+        return self.principal.role == "admin"
 
     @property
     def actor(self) -> str:
@@ -99,17 +127,30 @@ class Operator:
         return actor_of(self.principal)
 
 
-async def operator(request: Request) -> Operator:
-    """The logged-in admin; raises :class:`LoginRequired` otherwise."""
+async def viewer(request: Request) -> Operator:
+    """The logged-in key, admin or tenant; raises :class:`LoginRequired` otherwise."""
     sessions = sessions_of(request)
     token = request.cookies.get(COOKIE, "")
     session = sessions.verify(token)
     if session is None:
         raise LoginRequired
     who = await tenancy.live_principal(hub_of(request).engine, session.key_id)
-    if who is None or who.role != "admin":
+    if who is None:
         raise LoginRequired
     return Operator(principal=who, token=token, csrf=sessions.csrf(token))
+
+
+async def operator(who: Annotated[Operator, Depends(viewer)]) -> Operator:
+    """The logged-in admin; :class:`AdminRequired` for a tenant's session."""
+    if not who.is_admin:
+        raise AdminRequired
+    return who
+
+
+def _check_csrf(request: Request, who: Operator, csrf: str | None) -> Operator:
+    if not sessions_of(request).check_csrf(who.token, csrf):
+        raise CsrfRefused
+    return who
 
 
 async def checked_form(
@@ -117,14 +158,23 @@ async def checked_form(
     who: Annotated[Operator, Depends(operator)],
     csrf: Annotated[str | None, Form()] = None,
 ) -> Operator:
-    """The operator of a state-changing form that carries the session's CSRF token."""
-    if not sessions_of(request).check_csrf(who.token, csrf):
-        raise CsrfRefused
-    return who
+    """The admin of a state-changing form that carries the session's CSRF token."""
+    return _check_csrf(request, who, csrf)
 
 
+async def checked_viewer_form(
+    request: Request,
+    who: Annotated[Operator, Depends(viewer)],
+    csrf: Annotated[str | None, Form()] = None,
+) -> Operator:
+    """Any session's form (log out) that carries the session's CSRF token."""
+    return _check_csrf(request, who, csrf)
+
+
+ViewerDep = Annotated[Operator, Depends(viewer)]
 OperatorDep = Annotated[Operator, Depends(operator)]
 CheckedDep = Annotated[Operator, Depends(checked_form)]
+CheckedViewerDep = Annotated[Operator, Depends(checked_viewer_form)]
 
 router = APIRouter(route_class=ConsoleRoute)
 
@@ -140,10 +190,11 @@ async def login(
     key: Annotated[str, Form(max_length=200)] = "",
     next: Annotated[str | None, Form(max_length=2000)] = None,
 ) -> Response:
-    # The same check as the admin API's bearer auth: a live key whose role is admin.
+    # The same check as the API's bearer auth: a live key. Its role decides the pages it
+    # reaches (see the module's docstring), on every request, not here.
     who = await tenancy.authenticate(hub_of(request).engine, key.strip())
-    if who is None or who.role != "admin":
-        error = "This key is not a live admin key." if who is None else "This is not an admin key."
+    if who is None:
+        error = "This key is not a live API key."
         return page(request, "login.html", status_code=401, next=_safe_next(next), error=error)
     sessions = sessions_of(request)
     response = RedirectResponse(_safe_next(next), status_code=303)
@@ -160,12 +211,13 @@ async def login(
 
 
 @router.post("/logout")
-async def logout(who: CheckedDep) -> Response:
+async def logout(who: CheckedViewerDep) -> Response:
     response = RedirectResponse(f"{PREFIX}/login", status_code=303)
     response.delete_cookie(COOKIE, path=PREFIX, httponly=True, samesite="strict")
     return response
 
 
 @router.get("/")
-async def home(who: OperatorDep) -> Response:
-    return RedirectResponse(f"{PREFIX}/dlq", status_code=303)
+async def home(who: ViewerDep) -> Response:
+    # Operators start at the dead letters, tenants at their gallery.
+    return RedirectResponse(f"{PREFIX}/dlq" if who.is_admin else f"{PREFIX}/gallery", 303)

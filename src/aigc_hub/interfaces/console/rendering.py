@@ -1,4 +1,5 @@
-"""Jinja2 templates of the console and the filters they use (times, pretty JSON, sizes)."""
+"""Jinja2 templates of the console and the filters they use (times, pretty JSON, sizes,
+media durations)."""
 
 from __future__ import annotations
 
@@ -42,12 +43,34 @@ def fmt_age(seconds: float | None) -> str:
     return f"{hours} h {minutes} min"
 
 
+def fmt_bytes(value: int | None) -> str:
+    """A size in bytes, short: ``812 B``, ``4.2 KiB``, ``17.0 MiB``; ``—`` for None."""
+    if value is None:
+        return "—"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")  # the loop returns at GiB
+
+
+def fmt_duration(value_ms: int | None) -> str:
+    """A media duration in milliseconds as ``m:ss.s``; ``—`` for None."""
+    if value_ms is None:
+        return "—"
+    minutes, ms = divmod(value_ms, 60_000)
+    return f"{minutes}:{ms / 1000:04.1f}"
+
+
 def pretty(value: Any) -> str:
     """Indented JSON that keeps non-ASCII text (Chinese prompts) as it is."""
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
 
 
-templates.env.filters.update(ms=fmt_ms, age=fmt_age, pretty=pretty)
+templates.env.filters.update(
+    ms=fmt_ms, age=fmt_age, pretty=pretty, bytes=fmt_bytes, duration=fmt_duration
+)
 templates.env.globals.update(base=PREFIX)
 
 

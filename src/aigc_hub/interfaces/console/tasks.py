@@ -1,4 +1,5 @@
-"""The task explorer: search a subject id (a task id…) and read its merged timeline."""
+"""The task explorer: search a subject id (a task id…), read its merged timeline and, for a
+task some pipeline shows in the gallery, its result asset and variants."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from fastapi.responses import HTMLResponse
 
 from aigc_hub.bootstrap import Hub
 from aigc_hub.interfaces.console.auth import ConsoleRoute, OperatorDep
+from aigc_hub.interfaces.console.gallery_items import task_media
 from aigc_hub.interfaces.console.rendering import PREFIX, page
 from aigc_hub.interfaces.console.timeline import subject_timeline
 from aigc_hub.interfaces.http.auth import hub_of
@@ -26,4 +28,8 @@ async def tasks(
 ) -> Response:
     subject_id = id.strip()
     timeline = await subject_timeline(hub, subject_id, base=PREFIX) if subject_id else None
-    return page(request, "tasks.html", who=who, subject_id=subject_id, timeline=timeline)
+    # An admin page: every tenant's task (tenant_id None).
+    media = await task_media(hub, subject_id, None) if subject_id else None
+    return page(
+        request, "tasks.html", who=who, subject_id=subject_id, timeline=timeline, media=media
+    )

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from aigc_hub.pipeline import Pipeline, TimelineEntry
-from aigc_hub.pipelines.generation import assets_http, events, http, models
+from aigc_hub.pipelines.generation import assets_http, events, gallery, http, models
 from aigc_hub.pipelines.generation.handlers import (
     fetcher,
     media,
@@ -63,6 +63,7 @@ pipeline = Pipeline(
 )
 events.register(pipeline)
 pipeline.up_hook(local_provider_hook)
+pipeline.gallery(gallery.gallery_items)
 pipeline.routers += [http.router, http.credits_router, http.callbacks_router]
 pipeline.routers += [assets_http.router, assets_http.playback_router]
 for factory in factories():
