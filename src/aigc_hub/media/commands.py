@@ -87,8 +87,9 @@ def hls(
     frame_rate: float | None,
     max_s: float,
 ) -> list[str]:
-    """One FFmpeg run for the whole ladder: ``out/master.m3u8``, ``out/<name>/index.m3u8``
-    , ``out/<name>/init.mp4`` and ``out/<name>/seg_NNN.m4s`` (CMAF); the master lists the renditions with relative URIs."""
+    """One FFmpeg run for the whole ladder: ``out/master.m3u8``, ``out/<name>/index.m3u8``,
+    ``out/<name>/init_N.mp4`` and ``out/<name>/seg_NNN.m4s`` (CMAF); the master lists the
+    renditions with relative URIs."""
     splits = "".join(f"[s{i}]" for i in range(len(rungs)))
     graph = [f"[0:v:0]split={len(rungs)}{splits}"]
     graph += [f"[s{i}]scale={r.width}:{r.height},setsar=1[v{i}]" for i, r in enumerate(rungs)]
