@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from aigc_hub.core import failpoints as fp
 from aigc_hub.moderation.base import ModerationUnavailable
@@ -206,9 +206,7 @@ class SemanticMatcher:
             raise ExtraMissing(f"sentence-transformers cannot be imported: {exc}") from exc
         model_dir = self._model_dir or _shipped_model_dir()
         try:
-            version = model_version(model_dir / WEIGHTS_FILE)
-            model = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
-            model.max_seq_length = MAX_SEQ_LENGTH
+            model, version = _shared_model(model_dir, SentenceTransformer)
             phrases = [p for rule in self._rules for p in rule.phrases]
             owners = tuple(i for i, rule in enumerate(self._rules) for _ in rule.phrases)
             matrix = model.encode(
@@ -236,6 +234,25 @@ class SemanticMatcher:
         best = np.full(len(self._rules), -1.0, dtype=np.float32)
         np.maximum.at(best, np.asarray(loaded.owners, dtype=np.intp), best_per_exemplar)
         return [float(x) for x in best]
+
+
+#: Loaded models by directory, shared by every matcher of the process: a hub runs one per
+#: pipeline state, and tests start hundreds of hubs; the weights are read-only at inference.
+_MODELS: dict[Path, tuple[object, str]] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _shared_model(model_dir: Path, loader: Callable[..., Any]) -> tuple[Any, str]:
+    """The model in ``model_dir`` and its version, loaded once per process."""
+    key = model_dir.resolve()
+    with _MODELS_LOCK:
+        found = _MODELS.get(key)
+        if found is None:
+            version = model_version(model_dir / WEIGHTS_FILE)
+            model = loader(str(model_dir), device="cpu", local_files_only=True)
+            model.max_seq_length = MAX_SEQ_LENGTH
+            found = _MODELS[key] = (model, version)
+    return found
 
 
 def _shipped_model_dir() -> Path:

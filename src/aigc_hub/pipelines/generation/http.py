@@ -17,6 +17,7 @@ import orjson
 import pydantic
 from fastapi import APIRouter, Depends, Query, Request, Response
 
+from aigc_hub.moderation import ModerationUnavailable
 from aigc_hub.interfaces.http import kit
 from aigc_hub.interfaces.http.kit import FoldedIdempotency, IdempotentRoute, Problem
 from aigc_hub.pipelines.generation import ledger, services
@@ -66,8 +67,12 @@ def _not_found() -> Problem:
         401: {"description": "missing or unknown API key"},
         402: {"description": "not enough credits for the estimated cost"},
         409: {"description": "the same Idempotency-Key is still in flight"},
-        422: {"description": "invalid or unsupported field (named in `errors`)"},
+        422: {
+            "description": "invalid or unsupported field (named in `errors`), or the prompt "
+            "review refused it (type content-rejected: verdict, policy_version, hit_rules)"
+        },
         429: {"description": "rate limited or the pipeline is behind (Retry-After)"},
+        503: {"description": "content review unavailable: nothing created (Retry-After)"},
     },
 )
 async def create_task(
@@ -93,6 +98,24 @@ async def create_task(
             422,
             f"invalid fields: body.{exc.field}",
             errors=[{"field": f"body.{exc.field}", "message": str(exc)}],
+        ) from None
+    except services.ContentRejected as exc:
+        decision = exc.decision
+        raise Problem(
+            422,
+            decision.reason,
+            slug="content-rejected",
+            verdict=decision.verdict.value,
+            policy_version=decision.policy_version,
+            hit_rules=list(decision.hit_rules),
+        ) from None
+    except ModerationUnavailable:
+        raise Problem(
+            503,
+            "content review is unavailable; no task was created, retry with the same "
+            "Idempotency-Key",
+            slug="moderation-unavailable",
+            retry_after_s=5,
         ) from None
     except ledger.InsufficientCredits as exc:
         raise Problem(

@@ -14,6 +14,7 @@ import pydantic
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from aigc_hub import moderation
 from aigc_hub.core import errors, ids
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import StaleTransition
@@ -153,6 +154,18 @@ class CannotCancel(errors.Conflict):
         super().__init__(f"the task is {status}; it can no longer be canceled")
 
 
+#: Prompt verdicts that stop a task (a watermark verdict lets it go on, marked).
+REFUSED = frozenset({moderation.Verdict.REJECT, moderation.Verdict.HUMAN_REVIEW})
+
+
+class ContentRejected(errors.PermanentError):
+    """The prompt review refused the task (reject, or held for human review)."""
+
+    def __init__(self, decision: moderation.Decision) -> None:
+        super().__init__(decision.reason)
+        self.decision = decision
+
+
 class InvalidRequest(errors.InvalidInput):
     """A field names something unavailable (unsupported model, missing asset…)."""
 
@@ -180,7 +193,9 @@ async def create_task(
 ) -> dict[str, Any]:
     """Validate, estimate, reserve and queue; returns the task snapshot.
 
-    Raises InvalidRequest (422), ledger.InsufficientCredits (402). The same
+    Raises InvalidRequest (422), ContentRejected (422: the prompt review refused it; the
+    decision is recorded, nothing else), ModerationUnavailable (the review could not run:
+    no task is made without one, seed 004 §3.10), ledger.InsufficientCredits (402). The same
     ``(tenant, idempotency_key)`` returns the existing task instead of a second one (without
     calling ``before_commit``). ``before_commit`` runs last in the creating transaction
     (the HTTP route stores its Idempotency-Key answer there); what it raises rolls the
@@ -221,6 +236,13 @@ async def create_task(
         raise InvalidRequest(exc.field, str(exc)) from None
     cost = routes[0].estimated_cost
     row |= {"estimated_cost": cost, "reserved_amount": cost}
+    # Input review before anything is held (seed 004 §3.6.2): a refusal costs the tenant
+    # nothing and leaves only the decision behind.
+    review = await gen.moderation.review_text(body.prompt, tenant_id=tenant_id)
+    if review.verdict in REFUSED:
+        async with hub.transaction() as conn:
+            await _record_review(conn, review, tenant_id, task_id, now)
+        raise ContentRejected(review)
     queued = Envelope.new(
         events.TASK_QUEUED,
         events.TaskQueued(task_id=task_id, priority=body.priority).model_dump(),
@@ -236,6 +258,7 @@ async def create_task(
                 await assets.check_reference_assets(conn, tenant_id, body.reference_asset_ids)
             # Parameters at execute time: the compiled INSERT is cached (hot path of the API).
             await conn.execute(generation_tasks.insert(), row)
+            await _record_review(conn, review, tenant_id, task_id, now)
             await ledger.reserve(
                 conn, tenant_id=tenant_id, task_id=task_id, amount=cost, now_ms=now, user_id=user_id
             )
@@ -270,6 +293,22 @@ async def create_task(
         return existing
     # The row just committed is the snapshot: no read-back (the hot path of the API).
     return created
+
+
+async def _record_review(
+    conn: AsyncConnection, review: moderation.Decision, tenant_id: str, task_id: str, now: int
+) -> None:
+    """The prompt review's decision, under the task id it was made for (the task exists only
+    when the prompt was allowed)."""
+    await moderation.record(
+        conn,
+        review,
+        tenant_id=tenant_id,
+        subject_kind="prompt",
+        subject_id=task_id,
+        stage="input",
+        now_ms=now,
+    )
 
 
 async def _by_idempotency_key(hub: Hub, tenant_id: str, key: str) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@ from pydantic import SecretStr
 
 from aigc_hub.media.probe import VideoInfo, probe_video
 from aigc_hub.media.sandbox import MediaLimits
-from aigc_hub.moderation import Moderation, make_moderation
+from aigc_hub.moderation import LocalModeration, Moderation, make_moderation
 from aigc_hub.pipeline import StateKey
 from aigc_hub.pipelines.generation.adapters.base import ProviderAdapter
 from aigc_hub.pipelines.generation.providers import Providers
@@ -85,8 +85,10 @@ class Generation:
         return Path(self.settings.media_scratch_dir) if self.settings.media_scratch_dir else None
 
     async def close(self) -> None:
-        """Close the provider clients."""
+        """Close the provider clients and the moderation's worker."""
         await self.providers.close()
+        if isinstance(self.moderation, LocalModeration):
+            self.moderation.close()
 
 
 #: The typed handle on a hub's Generation (``hub.state_of(STATE)``; routes import it, as
