@@ -17,9 +17,9 @@ import orjson
 import pydantic
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from aigc_hub.moderation import ModerationUnavailable
 from aigc_hub.interfaces.http import kit
 from aigc_hub.interfaces.http.kit import FoldedIdempotency, IdempotentRoute, Problem
+from aigc_hub.moderation import ModerationUnavailable
 from aigc_hub.pipelines.generation import ledger, services
 from aigc_hub.pipelines.generation.state import STATE, Generation
 from aigc_hub.pipelines.generation.states import TaskStatus
