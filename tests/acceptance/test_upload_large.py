@@ -26,8 +26,7 @@ from aigc_hub.hub_config import HubConfig
 from aigc_hub.messaging.memory import MemoryBroker
 from aigc_hub.store import engine as store_engine
 from aigc_hub.store import migrate
-from aigc_hub.testing.seaweed import S3Endpoint, SeaweedServer, SeaweedUnavailable
-from tests.conftest import service_missing
+from aigc_hub.testing.seaweed import S3Endpoint
 from tests.support import uploads
 from tests.support.provider import free_port, require_ffmpeg
 from tests.support.uploads import MiB
@@ -55,24 +54,16 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def s3() -> Iterator[S3Endpoint]:
-    server = SeaweedServer()
-    try:
-        endpoint = server.start()
-    except SeaweedUnavailable as exc:
-        service_missing("SeaweedFS", str(exc))
-        raise
-    try:
-        store = S3BlobStore(
-            BUCKET,
-            endpoint=endpoint.endpoint,
-            access_key=endpoint.access_key,
-            secret_key=endpoint.secret_key,
-        )
-        asyncio.run(store.ensure_bucket())
-        yield endpoint
-    finally:
-        server.stop()
+def s3(seaweed: S3Endpoint) -> S3Endpoint:
+    """The session's SeaweedFS with this test's bucket."""
+    store = S3BlobStore(
+        BUCKET,
+        endpoint=seaweed.endpoint,
+        access_key=seaweed.access_key,
+        secret_key=seaweed.secret_key,
+    )
+    asyncio.run(store.ensure_bucket())
+    return seaweed
 
 
 def _peak_rss(pid: int) -> int:

