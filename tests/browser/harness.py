@@ -45,7 +45,8 @@ class ConsoleServer:
     """Serves ``create_app(hub)`` on 127.0.0.1 and runs the relay and ``groups`` meanwhile.
 
     ``groups=None`` runs every consumer group, ``[]`` none (the relay still publishes, so
-    messages pile up as lag). ``blobs`` is the hub's blob store (None: the hub has none).
+    messages pile up as lag). ``blobs`` is the hub's blob store (None: the hub has none);
+    ``scan`` runs the scanners too (polls of providers are scheduled by one).
     """
 
     def __init__(
@@ -55,8 +56,10 @@ class ConsoleServer:
         *,
         groups: Sequence[str] | None = None,
         blobs: BlobStore | None = None,
+        scan: bool = False,
     ) -> None:
         self.db_url = db_url
+        self.scan = scan
         self.blobs = blobs
         self.pipelines = pipelines
         self.groups = groups
@@ -115,7 +118,7 @@ class ConsoleServer:
             server = uvicorn.Server(config)
             serving = asyncio.create_task(server.serve(sockets=[sock]))
             work_stop = asyncio.Event()
-            working = asyncio.create_task(hub.run(work_stop, self.groups))
+            working = asyncio.create_task(hub.run(work_stop, self.groups, scan=self.scan))
             for _ in range(3000):  # uvicorn offers a flag, not an event: poll it, bounded
                 if server.started or serving.done():
                     break
