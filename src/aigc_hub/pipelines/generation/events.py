@@ -175,6 +175,12 @@ class AssetUploaded(pydantic.BaseModel):
     tenant_id: str
 
 
+_NOTES = {
+    FETCH_URGENT: "not named by the seed: its high-priority queue for expiring output URLs "
+    "(§3.9.3-4); partitions and retention as output.fetch",
+}
+
+
 def register(pipeline: PipelineBase) -> None:
     """Declare every generation topic on ``pipeline``, and every payload with its topic."""
     for name in TOPIC_NAMES:
@@ -184,7 +190,7 @@ def register(pipeline: PipelineBase) -> None:
                 12,
                 7 * DAY_MS,
                 pipeline=pipeline.name,
-                note="partitions and retention not given by the seed",
+                note=_NOTES.get(name, "partitions and retention not given by the seed"),
             )
         )
     pipeline.event(TASK_QUEUED, topic=DISPATCH)(TaskQueued)
