@@ -74,6 +74,9 @@ def hub_up(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
         "AIGC_HUB_API_PORT": str(api_port),
         "AIGC_HUB_GEN_LOCAL_PROVIDER_URL": f"http://127.0.0.1:{provider_port}",
         "AIGC_HUB_GEN_POLL_FIRST_S": "1",
+        # 50 tasks here: one cheap variant each (the whole media stage has its own test,
+        # test_media_plane_up.py, on both profiles).
+        "AIGC_HUB_GEN_MEDIA_PROFILES": "poster",
         "AIGC_HUB_LOG_LEVEL": "WARNING",
         "PYTHONPATH": str(ROOT),
     }
@@ -169,7 +172,9 @@ def test_up_generates_fifty_videos_for_three_tenants(
     assert {t: per_task.get(t) for t in ids} == {t: {"RESERVE": 1, "SETTLE": 1} for t in ids}
     keys_of = {
         r.task_id: r.object_key
-        for r in db.execute(sa.text("SELECT task_id, object_key FROM assets")).all()
+        for r in db.execute(
+            sa.text("SELECT task_id, object_key FROM assets WHERE variant_profile = 'source'")
+        ).all()
     }
     db.close()
     engine.dispose()

@@ -31,7 +31,7 @@ from aigc_hub.pipelines.generation.media_scanners import OrphanScanner
 from aigc_hub.pipelines.generation.models import assets, credit_ledger, task_events
 from aigc_hub.reliability.scanners import Finding
 from aigc_hub.store import tables
-from tests.support.generation import Stack, generation_stack
+from tests.support.generation import MEDIA_STAGE, Stack, generation_stack
 from tests.support.hubs import make_broker, wait_until
 from tests.support.provider import ProviderServer, provider_server, require_ffmpeg
 
@@ -108,7 +108,7 @@ async def test_a_task_is_succeeded_only_with_every_variant_and_its_hls_plays(
     db_url: str, tmp_path: Path, provider: ProviderServer
 ) -> None:
     broker = make_broker("embedded", tmp_path)
-    async with generation_stack(db_url, broker, provider, tmp_path) as stack:
+    async with generation_stack(db_url, broker, provider, tmp_path, **MEDIA_STAGE) as stack:
         key = await stack.tenant("acme")
         async with stack.client(key) as client:
             task_id = await submit(client)
@@ -164,7 +164,7 @@ async def test_a_redelivered_media_job_makes_no_second_variant(
 
     monkeypatch.setattr(ladder, "make_variant", counting)
     broker = make_broker("embedded", tmp_path)
-    async with generation_stack(db_url, broker, provider, tmp_path) as stack:
+    async with generation_stack(db_url, broker, provider, tmp_path, **MEDIA_STAGE) as stack:
         failures = 0
 
         def fail_once() -> None:
@@ -217,7 +217,7 @@ async def test_a_black_output_fails_with_class_moderation_and_its_hold_is_releas
 ) -> None:
     provider.faults(black_next=1)
     broker = make_broker("embedded", tmp_path)
-    async with generation_stack(db_url, broker, provider, tmp_path) as stack:
+    async with generation_stack(db_url, broker, provider, tmp_path, **MEDIA_STAGE) as stack:
         key = await stack.tenant("acme")
         async with stack.client(key) as client:
             task_id = await submit(client)
@@ -263,7 +263,7 @@ async def test_moderation_down_is_retried_until_it_answers(
     db_url: str, tmp_path: Path, provider: ProviderServer
 ) -> None:
     broker = make_broker("embedded", tmp_path)
-    async with generation_stack(db_url, broker, provider, tmp_path) as stack:
+    async with generation_stack(db_url, broker, provider, tmp_path, **MEDIA_STAGE) as stack:
         flaky = FlakyModeration(stack.gen.moderation, failures=2)
         stack.gen.moderation = flaky
         key = await stack.tenant("acme")
@@ -279,7 +279,7 @@ async def test_a_full_scratch_disk_pauses_the_media_group_until_it_drains(
 ) -> None:
     broker = make_broker("embedded", tmp_path)
     async with generation_stack(
-        db_url, broker, provider, tmp_path, media_disk_high_water=0.000001
+        db_url, broker, provider, tmp_path, media_disk_high_water=0.000001, **MEDIA_STAGE
     ) as stack:
         gauge = metrics.CONSUMER_PAUSED.labels("generation-media")
         key = await stack.tenant("acme")
@@ -304,7 +304,7 @@ async def test_an_output_expiring_soon_is_fetched_on_the_urgent_queue(
     broker = make_broker("embedded", tmp_path)
     # The local provider's URLs live an hour: with a two-hour window every one is urgent.
     async with generation_stack(
-        db_url, broker, provider, tmp_path, urgent_fetch_within_s=7200
+        db_url, broker, provider, tmp_path, urgent_fetch_within_s=7200, **MEDIA_STAGE
     ) as stack:
         key = await stack.tenant("acme")
         async with stack.client(key) as client:
@@ -328,7 +328,9 @@ async def test_orphan_objects_are_deleted_and_rows_without_objects_marked_by_com
     db_url: str, tmp_path: Path, provider: ProviderServer
 ) -> None:
     broker = make_broker("embedded", tmp_path)
-    async with generation_stack(db_url, broker, provider, tmp_path, orphan_grace_s=0) as stack:
+    async with generation_stack(
+        db_url, broker, provider, tmp_path, orphan_grace_s=0, **MEDIA_STAGE
+    ) as stack:
         blobs = stack.hub.blobs
         assert blobs is not None
         key = await stack.tenant("acme")

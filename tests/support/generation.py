@@ -70,8 +70,19 @@ def fast_settings(provider: ProviderServer, api_url: str, **overrides: Any) -> G
         "running_silence_s": 3.0,
         "fetch_deadline_s": 5.0,
         "cancel_deadline_s": 3.0,
+        # One cheap variant and no review: most tests are about the provider side and make
+        # many tasks; tests of the media stage ask for the whole of it (MEDIA_STAGE).
+        "media_profiles": "poster",
+        "output_review": False,
     }
     return GenerationSettings(**(values | overrides))
+
+
+#: The media stage as a deployment runs it: every variant and the output review.
+MEDIA_STAGE: dict[str, Any] = {
+    "media_profiles": "proxy,hls,poster,thumbnails,waveform",
+    "output_review": True,
+}
 
 
 @contextlib.asynccontextmanager
