@@ -105,6 +105,28 @@ async def submit_answers_finished(g: FakeGeneration) -> None:
 
 
 @scenario
+async def an_output_the_media_worker_cannot_read_fails_in_post_processing(
+    g: FakeGeneration,
+) -> None:
+    # The fake video passes the fetcher's (fake) probe; the media toolkit, asked for a
+    # variant, sniffs bytes it does not know and refuses them before any tool runs.
+    g.provider.script("unreadable media", JobScript(submit=[Submit.FINISH]))
+    g.settings.media_profiles = "poster"
+    try:
+        task = await g.create("unreadable media")
+        await g.settle()
+    finally:
+        g.settings.media_profiles = ""
+    assert await g.path(task) == [
+        S.QUEUED, S.DISPATCHING, S.OUTPUT_FETCHING, S.POST_PROCESSING, S.FAILED,
+    ]  # fmt: skip
+    row = await g.task(task)
+    assert row["failure_class"] == "invalid_output"
+    # the fake provider reports no cost for it: the whole hold goes back
+    assert await ledger_entries(g, task) == ["RESERVE", "RELEASE"]
+
+
+@scenario
 async def submit_rejected_fails_and_releases_the_hold(g: FakeGeneration) -> None:
     g.provider.script("rejected", JobScript(submit=[Submit.REJECT]))
     task = await g.create("rejected")

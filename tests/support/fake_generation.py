@@ -54,6 +54,10 @@ SETTINGS: dict[str, Any] = {
     "fetch_deadline_s": 60.0,
     "cancel_deadline_s": 30.0,
     "queued_deadline_s": 600.0,
+    # The fake provider's outputs are fake videos (FakeProbe reads them, FFmpeg cannot): no
+    # variant is required and no frame reviewed, so POST_PROCESSING ends at once.
+    "media_profiles": "",
+    "output_review": False,
 }
 
 
