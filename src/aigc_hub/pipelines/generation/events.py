@@ -34,6 +34,7 @@ FETCH_URGENT_REQUESTED = "generation.output.fetch_urgent"
 MEDIA_PROCESS_REQUESTED = "generation.media.process_requested"
 ORPHAN_OBJECT_FOUND = "generation.reconcile.orphan_object"
 MISSING_OBJECT_FOUND = "generation.reconcile.missing_object"
+UPLOAD_ABANDONED = "generation.reconcile.upload_abandoned"
 SLOT_FREED = "generation.slot.freed"
 ASSET_UPLOADED = "asset.uploaded"
 
@@ -181,6 +182,12 @@ _NOTES = {
 }
 
 
+class UploadAbandoned(pydantic.BaseModel):
+    """An upload stayed UPLOADING past its URLs' life: abort it and refuse the asset."""
+
+    asset_id: str
+
+
 def register(pipeline: PipelineBase) -> None:
     """Declare every generation topic on ``pipeline``, and every payload with its topic."""
     for name in TOPIC_NAMES:
@@ -204,4 +211,5 @@ def register(pipeline: PipelineBase) -> None:
     pipeline.event(MEDIA_PROCESS_REQUESTED, topic=MEDIA)(MediaProcessRequested)
     pipeline.event(ORPHAN_OBJECT_FOUND, topic=RECONCILE)(OrphanObjectFound)
     pipeline.event(MISSING_OBJECT_FOUND, topic=RECONCILE)(MissingObjectFound)
+    pipeline.event(UPLOAD_ABANDONED, topic=RECONCILE)(UploadAbandoned)
     pipeline.event(ASSET_UPLOADED, topic=MEDIA)(AssetUploaded)

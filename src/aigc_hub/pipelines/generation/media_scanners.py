@@ -8,7 +8,9 @@ normal path carries out; none fixes anything itself.
   ``orphan_grace_s``, so an upload or fetch whose row is about to commit is not one), and
   READY asset rows whose object is gone. Each becomes a ``reconcile.command`` event; the
   ``generation-reconciler`` group checks again and deletes the orphan, or marks the row
-  ``MISSING`` (see :mod:`.handlers.reconciler`).
+  ``MISSING`` (see :mod:`.handlers.reconciler`); and uploads left UPLOADING past twice
+  their URLs' life (``upload_abandoned``: the multipart upload is aborted, the asset
+  REJECTED, so it stops counting against the tenant's limits).
 """
 
 from __future__ import annotations
@@ -156,8 +158,20 @@ class OrphanScanner:
     async def find(self, now_ms: int) -> Sequence[Finding]:
         if self.hub.blobs is None:
             return []
-        found = await self._orphan_objects(now_ms)
+        found = await self._abandoned_uploads(now_ms)
+        found += await self._orphan_objects(now_ms)
         return [*found, *await self._missing_objects(self.batch - len(found))]
+
+    async def _abandoned_uploads(self, now_ms: int) -> list[Finding]:
+        older_than = now_ms - 2 * int(self.gen.settings.asset_upload_url_s * 1000)
+        async with reader(self.hub.engine) as conn:
+            rows = await conn.execute(
+                sa.select(assets.c.id)
+                .where(assets.c.status == "UPLOADING", assets.c.created_at < older_than)
+                .order_by(assets.c.created_at)
+                .limit(self.batch)
+            )
+            return [Finding(str(r.id), {"kind": "upload_abandoned"}) for r in rows]
 
     async def _orphan_objects(self, now_ms: int) -> list[Finding]:
         assert self.hub.blobs is not None
@@ -197,14 +211,25 @@ class OrphanScanner:
         return found
 
     async def repair(self, finding: Finding, now_ms: int) -> str:
-        if finding.detail["kind"] == "orphan_object":
-            payload: dict[str, Any] = events.OrphanObjectFound(key=finding.target).model_dump()
-            command = _command(events.ORPHAN_OBJECT_FOUND, payload, finding.target, None)
-            result = "orphan_delete_requested"
-        else:
-            payload = events.MissingObjectFound(asset_id=finding.target).model_dump()
-            command = _command(events.MISSING_OBJECT_FOUND, payload, finding.target, None)
-            result = "missing_object_reported"
+        kind = finding.detail["kind"]
+        event_type, payload, result = {
+            "upload_abandoned": (
+                events.UPLOAD_ABANDONED,
+                events.UploadAbandoned(asset_id=finding.target),
+                "abandoned_upload_abort_requested",
+            ),
+            "orphan_object": (
+                events.ORPHAN_OBJECT_FOUND,
+                events.OrphanObjectFound(key=finding.target),
+                "orphan_delete_requested",
+            ),
+            "missing_object": (
+                events.MISSING_OBJECT_FOUND,
+                events.MissingObjectFound(asset_id=finding.target),
+                "missing_object_reported",
+            ),
+        }[kind]
+        command = _command(event_type, payload.model_dump(), finding.target, None)
         async with self.hub.transaction() as conn:
             await self.hub.outbox.add(conn, [command])
         return result
