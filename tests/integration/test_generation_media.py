@@ -10,6 +10,7 @@ orphan scanner's commands delete orphan objects and mark rows whose object is go
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import uuid
@@ -24,11 +25,16 @@ import sqlalchemy as sa
 from aigc_hub.core.errors import RetryableError
 from aigc_hub.media import ladder, tools
 from aigc_hub.media.frames import GrayFrame
-from aigc_hub.moderation import Decision, Moderation, ModerationUnavailable
+from aigc_hub.moderation import Decision, Moderation, ModerationUnavailable, Verdict
 from aigc_hub.observability import metrics
 from aigc_hub.pipelines.generation import events
 from aigc_hub.pipelines.generation.media_scanners import OrphanScanner
-from aigc_hub.pipelines.generation.models import assets, credit_ledger, task_events
+from aigc_hub.pipelines.generation.models import (
+    assets,
+    credit_ledger,
+    generation_tasks,
+    task_events,
+)
 from aigc_hub.reliability.scanners import Finding
 from aigc_hub.store import tables
 from tests.support.generation import MEDIA_STAGE, Stack, generation_stack
@@ -224,9 +230,14 @@ async def test_a_black_output_fails_with_class_moderation_and_its_hold_is_releas
             task = await wait_status(client, task_id, {"SUCCEEDED", "FAILED"})
         assert (task["status"], task["failure_class"]) == ("FAILED", "moderation"), task
         assert await ledger_of(stack, task_id) == ["RESERVE", "RELEASE"]
-        decisions = await rows_of(stack, sa.select(tables.moderation_decisions))
-        assert [(d.stage, d.verdict) for d in decisions] == [("output", "reject")]
-        assert decisions[0].hit_rules and decisions[0].policy_version
+        decisions = await rows_of(
+            stack, sa.select(tables.moderation_decisions).order_by(tables.moderation_decisions.c.id)
+        )
+        assert [(d.stage, d.verdict) for d in decisions] == [
+            ("input", "allow"),
+            ("output", "reject"),
+        ]
+        assert "frames.black" in decisions[1].hit_rules and decisions[1].policy_version
 
 
 class FlakyModeration:
@@ -368,3 +379,60 @@ async def test_orphan_objects_are_deleted_and_rows_without_objects_marked_by_com
         await wait_until(carried_out, timeout=30)
         # Everything that is still stored has its row: the next pass finds nothing.
         assert await OrphanScanner(stack.gen).find(stack.hub.clock.now_ms() + 1) == []
+
+
+class SendsToReview(FlakyModeration):
+    """The local moderation, but every output goes to human review (as a policy that wants
+    a person to look at faces might)."""
+
+    async def review_frames(
+        self,
+        frames: Sequence[GrayFrame],
+        *,
+        duration_ms: int,
+        expected_duration_ms: int | None,
+        tenant_id: str,
+    ) -> Decision:
+        decided = await super().review_frames(
+            frames,
+            duration_ms=duration_ms,
+            expected_duration_ms=expected_duration_ms,
+            tenant_id=tenant_id,
+        )
+        return dataclasses.replace(
+            decided, verdict=Verdict.HUMAN_REVIEW, hit_rules=("faces.review",)
+        )
+
+
+async def test_output_sent_to_human_review_is_held_unplayable_with_no_watchdog(
+    db_url: str, tmp_path: Path, provider: ProviderServer
+) -> None:
+    broker = make_broker("embedded", tmp_path)
+    async with generation_stack(db_url, broker, provider, tmp_path, **MEDIA_STAGE) as stack:
+        stack.gen.moderation = SendsToReview(stack.gen.moderation, failures=0)
+        key = await stack.tenant("acme")
+        async with stack.client(key) as client:
+            task_id = await submit(client)
+            await wait_status(client, task_id, {"POST_PROCESSING"})
+
+            async def decided() -> bool:
+                decisions = tables.moderation_decisions
+                query = sa.select(decisions).where(decisions.c.stage == "output")
+                return bool(await rows_of(stack, query))
+
+            await wait_until(decided, timeout=60)
+            task = (await client.get(f"/v1/generation-tasks/{task_id}")).json()
+        assert task["status"] == "POST_PROCESSING"
+        row = (
+            await rows_of(
+                stack,
+                sa.select(generation_tasks.c.deadline_at, generation_tasks.c.result_asset_id).where(
+                    generation_tasks.c.id == task_id
+                ),
+            )
+        )[0]
+        assert row.deadline_at is None
+        source = await rows_of(stack, sa.select(assets).where(assets.c.id == row.result_asset_id))
+        assert source[0].moderation_verdict == "human_review"
+        assert await variants_of(stack, row.result_asset_id) == []
+        assert await ledger_of(stack, task_id) == ["RESERVE"]  # still held

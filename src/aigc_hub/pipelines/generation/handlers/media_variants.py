@@ -4,7 +4,9 @@ For a task in POST_PROCESSING: copy its source asset into a per-job scratch fold
 inside the toolkit's limits, sample frames for the output review, make each required variant
 that does not exist yet, and end the task SUCCEEDED (the ledger settles) once every required
 variant exists, or FAILED (failure class ``moderation``, hold released) when the review
-rejects the output.
+rejects the output. Output the review sends to human review stays POST_PROCESSING, not
+playable, with no watchdog deadline, until a reviewer decides (the decision is recorded); a
+watermark verdict is recorded on the asset and the task goes on.
 
 Each variant is committed on its own as soon as it is made, under the unique job key
 ``(source_asset_id, variant_profile, pipeline_version)`` (§3.8.1), with objects at
@@ -36,7 +38,7 @@ from aigc_hub.media import ladder
 from aigc_hub.media.probe import MediaInfo, probe
 from aigc_hub.media.sandbox import MediaLimits, MediaRefused, scratch_dir
 from aigc_hub.pipelines.generation import events, records
-from aigc_hub.pipelines.generation.models import assets
+from aigc_hub.pipelines.generation.models import assets, generation_tasks
 from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import TaskStatus
 from aigc_hub.reliability.outbox import Routed
@@ -87,6 +89,9 @@ async def process_output(gen: Generation, env: Envelope, ctx: HandlerContext) ->
                     decision = await _review(gen, task, local, info, scratch, limits)
                     if decision.verdict is moderation.Verdict.REJECT:
                         _fail(gen, env, ctx, task, decision)
+                        return []
+                    if decision.verdict is moderation.Verdict.HUMAN_REVIEW:
+                        _hold(gen, ctx, task, decision)
                         return []
                 for profile in missing:
                     await _make(gen, task, source, profile, local, info, scratch, limits)
@@ -327,6 +332,43 @@ def _fail(
             },
         )
         return [*notes]
+
+    ctx.write(record)
+
+
+def _hold(
+    gen: Generation, ctx: HandlerContext, task: Mapping[str, Any], decision: moderation.Decision
+) -> None:
+    """Stage the hold of output sent to human review: the task stays POST_PROCESSING (not
+    playable), its watchdog deadline cleared so nothing re-runs it, the decision and the
+    asset's verdict recorded for the reviewer."""
+    now = gen.hub.clock.now_ms()
+    source_asset_id = str(task["result_asset_id"])
+
+    async def record(conn: AsyncConnection) -> list[Envelope | Routed]:
+        current = await records.load(conn, str(task["id"]))
+        if current is None or current["status"] != S.POST_PROCESSING.value:
+            return []
+        await moderation.record(
+            conn,
+            decision,
+            tenant_id=str(current["tenant_id"]),
+            subject_kind="output",
+            subject_id=source_asset_id,
+            stage="output",
+            now_ms=now,
+        )
+        await conn.execute(
+            sa.update(assets)
+            .where(assets.c.id == source_asset_id)
+            .values(moderation_verdict=decision.verdict.value, updated_at=now)
+        )
+        await conn.execute(
+            sa.update(generation_tasks)
+            .where(generation_tasks.c.id == current["id"])
+            .values(deadline_at=None, updated_at=now)
+        )
+        return []
 
     ctx.write(record)
 
