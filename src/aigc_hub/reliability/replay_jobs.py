@@ -77,23 +77,22 @@ class ReplayJobs:
         now = self.clock.now_ms()
         job_id = new_id_str()
         params = {"filter": _filter_fields(flt), "max": max_items, "upto_id": upto_id}
+        job = Job(
+            id=job_id,
+            kind=KIND,
+            status=QUEUED,
+            total=total,
+            done=0,
+            failed=0,
+            params=params,
+            actor=actor,
+            error=None,
+            created_at=now,
+            updated_at=now,
+            finished_at=None,
+        )
         async with self.engine.begin() as conn:
-            await conn.execute(
-                tables.admin_jobs.insert().values(
-                    id=job_id,
-                    kind=KIND,
-                    status=QUEUED,
-                    total=total,
-                    done=0,
-                    failed=0,
-                    params=params,
-                    actor=actor,
-                    error=None,
-                    created_at=now,
-                    updated_at=now,
-                    finished_at=None,
-                )
-            )
+            await conn.execute(tables.admin_jobs.insert().values(**asdict(job)))
             await audit.record(
                 conn,
                 at=now,
@@ -109,20 +108,7 @@ class ReplayJobs:
         self.tasks[job_id] = task
         task.add_done_callback(lambda _t: self.tasks.pop(job_id, None))
         # The row as inserted: re-reading it would race the task, which may already be running.
-        return Job(
-            id=job_id,
-            kind=KIND,
-            status=QUEUED,
-            total=total,
-            done=0,
-            failed=0,
-            params=params,
-            actor=actor,
-            error=None,
-            created_at=now,
-            updated_at=now,
-            finished_at=None,
-        )
+        return job
 
     async def get(self, job_id: str) -> Job | None:
         """The job row, or None when unknown."""

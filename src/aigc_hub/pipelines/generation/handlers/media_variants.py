@@ -234,6 +234,30 @@ def _content_type(name: str) -> str:
     return _TYPES.get(suffix, "application/octet-stream")
 
 
+async def _record_review(
+    conn: AsyncConnection,
+    decision: moderation.Decision,
+    task: Mapping[str, Any],
+    source_asset_id: str,
+    now: int,
+) -> None:
+    """The output review's decision row, and its verdict on the source asset."""
+    await moderation.record(
+        conn,
+        decision,
+        tenant_id=str(task["tenant_id"]),
+        subject_kind="output",
+        subject_id=source_asset_id,
+        stage="output",
+        now_ms=now,
+    )
+    await conn.execute(
+        sa.update(assets)
+        .where(assets.c.id == source_asset_id)
+        .values(moderation_verdict=decision.verdict.value, updated_at=now)
+    )
+
+
 def _finish(
     gen: Generation,
     env: Envelope,
@@ -256,21 +280,8 @@ def _finish(
             raise RuntimeError(f"variants {sorted(missing)} of {source_asset_id} are missing")
         verdict = None
         if decision is not None:
-            await moderation.record(
-                conn,
-                decision,
-                tenant_id=str(current["tenant_id"]),
-                subject_kind="output",
-                subject_id=source_asset_id,
-                stage="output",
-                now_ms=now,
-            )
+            await _record_review(conn, decision, current, source_asset_id, now)
             verdict = decision.verdict.value
-            await conn.execute(
-                sa.update(assets)
-                .where(assets.c.id == source_asset_id)
-                .values(moderation_verdict=verdict, updated_at=now)
-            )
         notes = await records.move(
             conn,
             current,
@@ -301,20 +312,7 @@ def _fail(
         current = await records.load(conn, str(task["id"]))
         if current is None or current["status"] != S.POST_PROCESSING.value:
             return []
-        await moderation.record(
-            conn,
-            decision,
-            tenant_id=str(current["tenant_id"]),
-            subject_kind="output",
-            subject_id=source_asset_id,
-            stage="output",
-            now_ms=now,
-        )
-        await conn.execute(
-            sa.update(assets)
-            .where(assets.c.id == source_asset_id)
-            .values(moderation_verdict=decision.verdict.value, updated_at=now)
-        )
+        await _record_review(conn, decision, current, source_asset_id, now)
         code = decision.hit_rules[0] if decision.hit_rules else "rejected"
         notes = await records.move(
             conn,
@@ -349,20 +347,7 @@ def _hold(
         current = await records.load(conn, str(task["id"]))
         if current is None or current["status"] != S.POST_PROCESSING.value:
             return []
-        await moderation.record(
-            conn,
-            decision,
-            tenant_id=str(current["tenant_id"]),
-            subject_kind="output",
-            subject_id=source_asset_id,
-            stage="output",
-            now_ms=now,
-        )
-        await conn.execute(
-            sa.update(assets)
-            .where(assets.c.id == source_asset_id)
-            .values(moderation_verdict=decision.verdict.value, updated_at=now)
-        )
+        await _record_review(conn, decision, current, source_asset_id, now)
         await conn.execute(
             sa.update(generation_tasks)
             .where(generation_tasks.c.id == current["id"])
