@@ -10,7 +10,6 @@ orphan scanner's commands delete orphan objects and mark rows whose object is go
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import uuid
@@ -24,8 +23,7 @@ import sqlalchemy as sa
 
 from aigc_hub.core.errors import RetryableError
 from aigc_hub.media import ladder, tools
-from aigc_hub.media.frames import GrayFrame
-from aigc_hub.moderation import Decision, Moderation, ModerationUnavailable, Verdict
+from aigc_hub.moderation import Verdict
 from aigc_hub.observability import metrics
 from aigc_hub.pipelines.generation import events
 from aigc_hub.pipelines.generation.media_scanners import OrphanScanner
@@ -39,6 +37,7 @@ from aigc_hub.reliability.scanners import Finding
 from aigc_hub.store import tables
 from tests.support.generation import MEDIA_STAGE, Stack, generation_stack
 from tests.support.hubs import make_broker, wait_until
+from tests.support.moderation import ScriptedModeration
 from tests.support.provider import ProviderServer, provider_server, require_ffmpeg
 
 PROFILES = {"proxy", "hls", "poster", "thumbnails", "waveform"}
@@ -240,49 +239,19 @@ async def test_a_black_output_fails_with_class_moderation_and_its_hold_is_releas
         assert "frames.black" in decisions[1].hit_rules and decisions[1].policy_version
 
 
-class FlakyModeration:
-    """The local moderation behind its own interface, unreachable for the first calls (an
-    infrastructure failure, as a hosted moderation API's outage would be)."""
-
-    def __init__(self, inner: Moderation, failures: int) -> None:
-        self.inner, self.failures, self.calls = inner, failures, 0
-        self.name = inner.name
-
-    async def review_text(self, text: str, *, tenant_id: str) -> Decision:
-        return await self.inner.review_text(text, tenant_id=tenant_id)
-
-    async def review_frames(
-        self,
-        frames: Sequence[GrayFrame],
-        *,
-        duration_ms: int,
-        expected_duration_ms: int | None,
-        tenant_id: str,
-    ) -> Decision:
-        self.calls += 1
-        if self.calls <= self.failures:
-            raise ModerationUnavailable("moderation service unreachable")
-        return await self.inner.review_frames(
-            frames,
-            duration_ms=duration_ms,
-            expected_duration_ms=expected_duration_ms,
-            tenant_id=tenant_id,
-        )
-
-
 async def test_moderation_down_is_retried_until_it_answers(
     db_url: str, tmp_path: Path, provider: ProviderServer
 ) -> None:
     broker = make_broker("embedded", tmp_path)
     async with generation_stack(db_url, broker, provider, tmp_path, **MEDIA_STAGE) as stack:
-        flaky = FlakyModeration(stack.gen.moderation, failures=2)
+        flaky = ScriptedModeration(stack.gen.moderation, frame_failures=2)
         stack.gen.moderation = flaky
         key = await stack.tenant("acme")
         async with stack.client(key) as client:
             task_id = await submit(client)
             task = await wait_status(client, task_id, {"SUCCEEDED", "FAILED"})
         assert task["status"] == "SUCCEEDED", task
-        assert flaky.calls == 3
+        assert flaky.frame_calls == 3
 
 
 async def test_a_full_scratch_disk_pauses_the_media_group_until_it_drains(
@@ -381,35 +350,15 @@ async def test_orphan_objects_are_deleted_and_rows_without_objects_marked_by_com
         assert await OrphanScanner(stack.gen).find(stack.hub.clock.now_ms() + 1) == []
 
 
-class SendsToReview(FlakyModeration):
-    """The local moderation, but every output goes to human review (as a policy that wants
-    a person to look at faces might)."""
-
-    async def review_frames(
-        self,
-        frames: Sequence[GrayFrame],
-        *,
-        duration_ms: int,
-        expected_duration_ms: int | None,
-        tenant_id: str,
-    ) -> Decision:
-        decided = await super().review_frames(
-            frames,
-            duration_ms=duration_ms,
-            expected_duration_ms=expected_duration_ms,
-            tenant_id=tenant_id,
-        )
-        return dataclasses.replace(
-            decided, verdict=Verdict.HUMAN_REVIEW, hit_rules=("faces.review",)
-        )
-
-
 async def test_output_sent_to_human_review_is_held_unplayable_with_no_watchdog(
     db_url: str, tmp_path: Path, provider: ProviderServer
 ) -> None:
     broker = make_broker("embedded", tmp_path)
     async with generation_stack(db_url, broker, provider, tmp_path, **MEDIA_STAGE) as stack:
-        stack.gen.moderation = SendsToReview(stack.gen.moderation, failures=0)
+        # every output goes to a person (as a policy that wants faces looked at might)
+        stack.gen.moderation = ScriptedModeration(
+            stack.gen.moderation, frame_verdict=Verdict.HUMAN_REVIEW, frame_rules=("faces",)
+        )
         key = await stack.tenant("acme")
         async with stack.client(key) as client:
             task_id = await submit(client)

@@ -7,7 +7,7 @@ under its task."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,48 +19,19 @@ from aigc_hub import tenancy
 from aigc_hub.interfaces.http import problems
 from aigc_hub.interfaces.http.app import create_app
 from aigc_hub.interfaces.http.limits import Limits
-from aigc_hub.media.frames import GrayFrame
-from aigc_hub.moderation import Decision, Moderation, ModerationUnavailable
 from aigc_hub.pipelines.generation import services
 from aigc_hub.pipelines.generation.models import credit_ledger, generation_tasks
 from aigc_hub.pipelines.generation.state import STATE
 from aigc_hub.store import tables
 from aigc_hub.store.engine import reader
 from tests.support.fake_generation import FakeGeneration, fake_generation
+from tests.support.moderation import ScriptedModeration
 
 URL = "/v1/generation-tasks"
 
 
 def body(prompt: str) -> dict[str, Any]:
     return {"model": "fake-v1", "prompt": prompt, "duration_s": 2, "resolution": "320x180"}
-
-
-class Down:
-    """The local moderation behind its interface, unreachable while ``down`` (as a hosted
-    moderation service's outage would be)."""
-
-    def __init__(self, inner: Moderation) -> None:
-        self.inner, self.down, self.name = inner, True, inner.name
-
-    async def review_text(self, text: str, *, tenant_id: str) -> Decision:
-        if self.down:
-            raise ModerationUnavailable("moderation service unreachable")
-        return await self.inner.review_text(text, tenant_id=tenant_id)
-
-    async def review_frames(
-        self,
-        frames: Sequence[GrayFrame],
-        *,
-        duration_ms: int,
-        expected_duration_ms: int | None,
-        tenant_id: str,
-    ) -> Decision:
-        return await self.inner.review_frames(
-            frames,
-            duration_ms=duration_ms,
-            expected_duration_ms=expected_duration_ms,
-            tenant_id=tenant_id,
-        )
 
 
 @contextlib.asynccontextmanager
@@ -123,7 +94,7 @@ async def test_moderation_down_creates_nothing_and_the_same_key_succeeds_once_it
     db_url: str, tmp_path: Path
 ) -> None:
     async with api(db_url, tmp_path) as (g, http):
-        flaky = Down(g.hub.state_of(STATE).moderation)
+        flaky = ScriptedModeration(g.hub.state_of(STATE).moderation, text_down=True)
         g.hub.state_of(STATE).moderation = flaky
         request = {
             "json": body("a paper boat on a rainy street"),
@@ -136,7 +107,7 @@ async def test_moderation_down_creates_nothing_and_the_same_key_succeeds_once_it
         assert await rows(g, sa.select(generation_tasks.c.id)) == []
         assert await reservations(g) == 0
 
-        flaky.down = False
+        flaky.text_down = False
         created = await http.post(URL, **request)
         assert created.status_code == 201, created.text
         task_id = created.json()["task_id"]

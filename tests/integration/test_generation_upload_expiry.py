@@ -1,7 +1,8 @@
 """An upload left UPLOADING past twice its URLs' life is found by the orphan scanner, which
-emits a command (the scanner runner audits each repair); the reconciler aborts the multipart upload (its parts are gone)
-and REJECTS the asset with ``upload_abandoned``, so it stops counting against the tenant's
-limits. An upload completed meanwhile is left alone. SQLite and PostgreSQL, manual clock."""
+emits a command (the scanner runner audits each repair); the reconciler aborts the multipart
+upload (its parts are gone) and REJECTS the asset with ``upload_abandoned``, so it stops
+counting against the tenant's limits. An upload completed meanwhile is left alone. SQLite and
+PostgreSQL, manual clock."""
 
 from __future__ import annotations
 
