@@ -27,15 +27,17 @@ from tests.support.write_counts import WriteCounts, counting_writes
 BOOKKEEPING = frozenset({"outbox", "leases"})
 #: A task's write transactions from create to SUCCEEDED with three webhooks (RUNNING 0.25,
 #: RUNNING 0.5, SUCCEEDED): create, dispatch, submit mark, submit answer applied, three
-#: archives, three observations applied, the fetch (11), and the inbox marks of the
+#: archives, three observations applied, the fetch, the media worker's end (12), and the
+#: inbox marks of the
 #: ``generation.dispatch`` deliveries a group ignores (the scheduler's AttemptDispatched,
 #: the submitter's TaskQueued and SlotFreed…); the memory broker's deliveries commit one by
 #: one here, where a busy hub groups them.
-MAX_TASK_TRANSACTIONS = 16
-#: Its events: TaskQueued, AttemptDispatched, FetchRequested, SlotFreed, one
-#: StatusObserved per accepted webhook (3), and the watchers' notifications (QUEUED,
-#: DISPATCHING, SUBMITTED, RUNNING, the 0.5 step, OUTPUT_FETCHING, SUCCEEDED).
-MAX_TASK_EVENTS = 14
+MAX_TASK_TRANSACTIONS = 17
+#: Its events: TaskQueued, AttemptDispatched, FetchRequested, SlotFreed,
+#: MediaProcessRequested, one StatusObserved per accepted webhook (3), and the watchers'
+#: notifications (QUEUED, DISPATCHING, SUBMITTED, RUNNING, the 0.5 step, OUTPUT_FETCHING,
+#: POST_PROCESSING, SUCCEEDED).
+MAX_TASK_EVENTS = 16
 
 
 @pytest.fixture
@@ -70,8 +72,9 @@ async def test_a_task_called_back_to_success_makes_few_transactions_and_events(
     assert sum(counts.events.values()) <= MAX_TASK_EVENTS, counts.events
     # the submit answer is applied where it was received: observations are the webhooks'
     assert counts.events[events.STATUS_OBSERVED] == 3
-    # POST_PROCESSING is over within the fetch's commit: announced once, as SUCCEEDED
-    assert counts.events[notifications.EVENT_TYPE] == 7, counts.events
+    # one notification per move (QUEUED to SUCCEEDED, POST_PROCESSING too) and the 0.5 step
+    assert counts.events[notifications.EVENT_TYPE] == 8, counts.events
+    assert counts.events[events.MEDIA_PROCESS_REQUESTED] == 1
     # the success webhook named the output: no status query before the download
     assert g.provider.calls_of("query") == []
     assert len(g.provider.calls_of("fetch_output")) == 1
