@@ -37,12 +37,15 @@ check: $(STAMP)
 	$(VENV)/bin/mypy
 
 ## Print the benchmark figures (see docs/benchmarks.md): ours against Huey and Dramatiq in
-## alternating rounds (Dramatiq needs Redis on 127.0.0.1:6379), then the generation benches.
+## alternating rounds (Dramatiq needs Redis on 127.0.0.1:6379), then the generation benches,
+## the media toolkit's HLS ladder against bare ffmpeg, and uploads through presigned parts.
 bench: $(STAMP)
 	$(PIP) install -q -e '.[dev,bench]'
 	$(PY) bench/compare.py
 	$(PY) bench/submit.py
 	$(PY) bench/generation.py
+	$(PY) bench/media.py
+	$(PY) bench/upload.py
 
 ## Regenerate the console screenshots in docs/images/ (system Chromium, a CJK font for Chinese).
 screenshots: $(STAMP)
