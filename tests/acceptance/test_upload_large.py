@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -138,7 +139,9 @@ def _hub_processes(data: Path, port: int, blob_env: dict[str, str]) -> Iterator[
         assert not failed, {n: (procs[n].returncode, o[-3000:]) for n, o in failed.items()}
 
 
-async def _upload_50(base: str, key: str, video: Path, small: Path, pid: int) -> tuple[dict, dict]:
+async def _upload_50(
+    base: str, key: str, video: Path, small: Path, pid: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
     headers = {"Authorization": f"Bearer {key}"}
     async with httpx.AsyncClient(
         base_url=base, headers=headers, trust_env=False, timeout=60
@@ -154,7 +157,13 @@ async def _upload_50(base: str, key: str, video: Path, small: Path, pid: int) ->
         asset = await uploads.settled(api, done.asset_id, timeout_s=180)
         after = _peak_rss(pid)
         grant = (await api.post(f"/v1/assets/{done.asset_id}/playback")).json()
+        # the same small clip declared with another sha256: refused where the store's bytes
+        # are checked (at complete on local blobs, by the probe worker on S3)
+        lying = await uploads.upload(api, small, sha256="0" * 64)
+        await uploads.complete(api, lying)
+        refused = await uploads.settled(api, lying.asset_id)
     facts = {"parts": len(done.etags), "resent": done.resent, "rss_growth": after - before}
+    facts["wrong_checksum"] = (refused["status"], refused["status_reason"])
     return asset | {"playback": grant}, facts
 
 
@@ -180,6 +189,7 @@ def test_50_mib_upload_in_5_mib_parts_with_a_part_resent_ends_ready(
     with _hub_processes(data, port, blob_env) as pid:
         asset, facts = asyncio.run(_upload_50(f"http://127.0.0.1:{port}", key, video, small, pid))
     assert facts["parts"] == 10 and facts["resent"] == [3]
+    assert facts["wrong_checksum"] == ("REJECTED", "checksum_mismatch")
     assert asset["status"] == "READY", asset
     assert asset["size_bytes"] == SIZE and asset["sha256"] == uploads.sha256_of(video)
     assert (asset["codec"], asset["width"], asset["height"]) == ("h264", 320, 180)
