@@ -43,9 +43,10 @@ from aigc_hub.egress.errors import (
 from aigc_hub.egress.network import PinnedBackend
 from aigc_hub.egress.policy import EgressPolicy
 from aigc_hub.egress.resolver import Resolver, system_resolver
+from aigc_hub.media.sniff import SNIFF_BYTES
 
-#: Bytes kept from the start of the body for sniffing (``media.sniff.SNIFF_BYTES``).
-HEAD_BYTES: Final = 64
+#: Bytes kept from the start of the body for sniffing its type.
+HEAD_BYTES: Final = SNIFF_BYTES
 REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
 #: Dropped when a redirect leaves the origin: they were meant for the first one only.
 _ORIGIN_BOUND_HEADERS: Final = frozenset({"authorization", "cookie", "proxy-authorization"})
