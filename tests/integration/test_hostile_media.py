@@ -296,11 +296,12 @@ async def test_a_job_past_its_deadline_is_killed_and_leaves_nothing(
     source = make_clip(clips / "long.mp4", size="1280x720", seconds=4)
     info = await probe.probe(source)
     tight = MediaLimits(timeout_s=0.3)
+    before = children()  # a session's servers (SeaweedFS…) are children too
     with pytest.raises(MediaRefused) as refused:
         await make_variant("hls", source, info, tmp_path, limits=tight)
     assert refused.value.code == "timeout"
     assert listing(tmp_path) == []  # no half-made variant, no scratch directory
-    assert children() == []  # the killed FFmpeg was reaped, not left running or a zombie
+    assert children() == before  # the killed FFmpeg was reaped, not left running or a zombie
 
 
 async def test_the_address_space_limit_fails_the_job_cleanly(
@@ -308,19 +309,20 @@ async def test_the_address_space_limit_fails_the_job_cleanly(
 ) -> None:
     info = await probe.probe(good_mp4)
     small = MediaLimits(address_space_bytes=256 * 1024 * 1024)
+    before = children()
     with pytest.raises(MediaRefused) as refused:
         await make_variant("hls", good_mp4, info, tmp_path, limits=small)
     # how an allocation failure shows depends on where it struck: a tool that names it is
     # "memory"; an encoder that cannot open, or a crash, is the tool's failure
     assert refused.value.code in ("memory", "tool_failed", "crashed"), refused.value.message
-    assert listing(tmp_path) == [] and children() == []
+    assert listing(tmp_path) == [] and children() == before
     # the same job within the default limit succeeds: the limit, not the file, failed it
     assert (await make_variant("hls", good_mp4, info, tmp_path)).main == "master.m3u8"
 
 
-def children() -> list[int]:
+def children() -> set[int]:
     """This process's child processes (Linux /proc)."""
-    found: list[int] = []
+    found: set[int] = set()
     for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-        found += [int(pid) for pid in (task / "children").read_text().split()]
+        found |= {int(pid) for pid in (task / "children").read_text().split()}
     return found

@@ -11,6 +11,8 @@ schemathesis is a hard requirement: a missing package fails collection, it never
 from __future__ import annotations
 
 import dataclasses
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,6 +28,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from aigc_hub import tenancy
+from aigc_hub.blobs.local import LocalBlobStore
 from aigc_hub.interfaces.http.app import API_PREFIX, create_app
 from aigc_hub.messaging.memory import MemoryBroker
 from aigc_hub.pipelines.generation import services
@@ -64,7 +67,10 @@ class Served:
 
     async def __aenter__(self) -> Served:
         pipelines = [fx.make_pipeline(), notifications.pipeline, generation]
-        self._hub_cm = hub_for(self.db_url, MemoryBroker(), pipelines)
+        # every deployed hub has a blob store (local files by default): so does this one
+        self._blob_dir = tempfile.TemporaryDirectory(prefix="fuzz-blobs-")
+        blobs = LocalBlobStore(Path(self._blob_dir.name), secret=b"fuzz-blob-secret-0123")
+        self._hub_cm = hub_for(self.db_url, MemoryBroker(), pipelines, blobs=blobs)
         hub = await self._hub_cm.__aenter__()
         # Streams end quickly here: the fuzzer reads whole responses.
         hub.notification_feed.settings = dataclasses.replace(
@@ -86,6 +92,7 @@ class Served:
         await self.client.aclose()
         await self._jobs.close()
         await self._hub_cm.__aexit__(None, None, None)
+        self._blob_dir.cleanup()
 
     async def openapi(self) -> dict[str, Any]:
         response = await self.client.get(f"{API_PREFIX}/openapi.json")

@@ -24,6 +24,7 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -32,10 +33,14 @@ import sqlalchemy as sa
 from fastapi import FastAPI
 
 from aigc_hub import tenancy
+from aigc_hub.blobs import keys
+from aigc_hub.blobs.local import LocalBlobStore
 from aigc_hub.bootstrap import Hub
+from aigc_hub.core import ids
 from aigc_hub.interfaces.http.app import create_app
 from aigc_hub.messaging.memory import MemoryBroker
 from aigc_hub.pipelines.generation import services
+from aigc_hub.pipelines.generation.models import assets as asset_rows
 from aigc_hub.pipelines.generation.pipeline import pipeline as generation
 from aigc_hub.pipelines.generation.state import STATE
 from aigc_hub.reliability import notifications, webhooks
@@ -50,11 +55,22 @@ from tests.support.provider import SECRET
 
 #: Routes anyone may call (no tenant data behind them).
 PUBLIC = {"/healthz", "/readyz", "/metrics"}
+#: Capability routes: the signed token in the path is the grant (like a presigned URL, a
+#: bearer capability minted for the owner), so who calls does not matter.
+CAPABILITIES = {"/v1/playback/{token}/{path}"}
 #: Reads of the caller's own collection: B gets 200 with its own (empty) data, never A's.
 OWN_COLLECTIONS = {("GET", "/v1/generation-tasks"), ("GET", "/v1/credits")}
 #: A create charged to the caller: B (no credits) gets 402 from its own empty balance,
 #: never a task paid with A's credits.
 OWN_CREATES = {("POST", "/v1/generation-tasks")}
+#: A create of the caller's own, free: B gets 201 and an asset of its own (B's rows of
+#: ``OWN_TABLES`` are left out of the comparison), never anything of A's.
+OWN_UPLOADS = {("POST", "/v1/assets/uploads")}
+#: Tables whose rows of tenant B are B's own doing (its answers, its uploads).
+OWN_TABLES = {"idempotency_keys", "assets"}
+#: The owner's control answers a state conflict here, not a 2xx: A's asset is past uploading,
+#: so fresh part URLs are refused with 409 (B still gets 404: the asset is not B's).
+OWNER_CONFLICTS = {("POST", "/v1/assets/{asset_id}/parts"): 409}
 
 
 async def _dead_letter_of_a(hub: Hub) -> str:
@@ -87,6 +103,26 @@ async def _key_of_a(hub: Hub) -> str:
     )
     assert who is not None
     return who.key_id
+
+
+async def _asset_of_a(hub: Hub) -> str:
+    """A READY upload of tenant A, its bytes in the store (a playback grant signs them)."""
+    tenant_a = next(t for t in await tenancy.list_tenants(hub.engine) if t.name == "tenant-a")
+    assert hub.blobs is not None
+    asset_id = ids.new_id_str()
+    key = keys.object_key(tenant_a.id, "asset", asset_id, "clip.mp4")
+    stored = await hub.blobs.put(key, b"\x00\x00\x00\x18ftypisom", "video/mp4")
+    now = hub.clock.now_ms()
+    async with hub.transaction() as conn:
+        await conn.execute(
+            asset_rows.insert().values(
+                id=asset_id, tenant_id=tenant_a.id, kind="upload", object_bucket="hub",
+                object_key=key, content_type="video/mp4", size_bytes=stored.size,
+                checksum_algo="sha256", checksum_value=stored.sha256, status="READY",
+                created_at=now, updated_at=now,
+            )
+        )  # fmt: skip
+    return asset_id
 
 
 async def _provider(hub: Hub) -> str:
@@ -125,6 +161,7 @@ IDS_OF_TENANT_A: dict[str, Callable[[Hub], Awaitable[str]]] = {
     "task_id": _task_of_a,
     "key_id": _key_of_a,
     "provider": _provider,
+    "asset_id": _asset_of_a,
 }
 
 
@@ -166,24 +203,26 @@ async def _body(
 
 
 @pytest.fixture
-async def hub(db_url: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Hub]:
+async def hub(db_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> AsyncIterator[Hub]:
     # The local provider's webhook secret, so a signed delivery is the callback's control.
     monkeypatch.setenv("AIGC_HUB_GEN_LOCAL_WEBHOOK_SECRETS", SECRET)
     pipelines = [fx.make_pipeline(), notifications.pipeline, generation]
-    async with hub_for(db_url, MemoryBroker(), pipelines) as started:
+    blobs = LocalBlobStore(tmp_path / "blobs", secret=b"test-blob-secret")
+    async with hub_for(db_url, MemoryBroker(), pipelines, blobs=blobs) as started:
         yield started
 
 
 async def _rows(hub: Hub, *, but_of: str) -> dict[str, list[tuple[str, ...]]]:
     """Every row of every table, as text: any insert, update or delete shows. Left out: the
-    idempotency records in tenant ``but_of``'s own scope (its answers to its own requests)."""
-    keys = tables.idempotency_keys
+    rows of tenant ``but_of`` in ``OWN_TABLES`` (its answers to, and uploads of, its own)."""
     async with hub.engine.connect() as conn:
         return {
             t.name: sorted(
                 tuple(str(v) for v in row)
                 for row in await conn.execute(
-                    sa.select(t).where(keys.c.tenant_id != but_of) if t is keys else sa.select(t)
+                    sa.select(t).where(t.c.tenant_id != but_of)
+                    if t.name in OWN_TABLES
+                    else sa.select(t)
                 )
             )
             for t in tables.metadata.sorted_tables
@@ -223,7 +262,7 @@ async def test_tenant_b_never_gets_a_2xx_or_an_effect_with_tenant_a_ids(hub: Hub
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://hub.test") as client:
         for template, operations in doc["paths"].items():
-            if template in PUBLIC:
+            if template in PUBLIC | CAPABILITIES:
                 continue
             params = re.findall(r"{(\w+)}", template)
             missing = [p for p in params if p not in ids]
@@ -258,6 +297,9 @@ async def test_tenant_b_never_gets_a_2xx_or_an_effect_with_tenant_a_ids(hub: Hub
                     assert not any(v in as_b.text for v in ids.values() if len(v) > 8)
                 elif (method, template) in OWN_CREATES:
                     assert as_b.status_code == 402, (what, as_b.text)
+                elif (method, template) in OWN_UPLOADS:
+                    assert as_b.status_code == 201, (what, as_b.text)
+                    assert not any(v in as_b.text for v in ids.values() if len(v) > 8)
                 elif streams:
                     assert as_b.status_code == 200, (what, as_b.text)
                     assert "event:" not in as_b.text, (what, as_b.text)
@@ -272,7 +314,11 @@ async def test_tenant_b_never_gets_a_2xx_or_an_effect_with_tenant_a_ids(hub: Hub
                 owner = _owner_headers(template, key_a, admin, raw)
                 owner.update({"Idempotency-Key": f"owner-{calls}", **raw_type})
                 as_owner = await client.request(**request, headers=owner)
-                assert 200 <= as_owner.status_code < 300, (what, as_owner.text)
+                conflict = OWNER_CONFLICTS.get((method, template))
+                if conflict is not None:
+                    assert as_owner.status_code == conflict, (what, as_owner.text)
+                else:
+                    assert 200 <= as_owner.status_code < 300, (what, as_owner.text)
                 if streams:
                     assert "event: notification" in as_owner.text, (what, as_owner.text)
                 if as_owner.headers.get("location", "").startswith("/admin/jobs/"):

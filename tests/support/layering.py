@@ -52,6 +52,7 @@ BACKBONE = frozenset(
         "observability",
         "media",
         "moderation",
+        "egress",
         "settings",
         "bootstrap",
         "hub_config",

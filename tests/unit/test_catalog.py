@@ -31,6 +31,7 @@ GENERATION = {
     "provider.status.observe",
     "provider.poll",
     "output.fetch",
+    "output.fetch.urgent",  # ours: the seed's high-priority queue for expiring URLs
     "media.process",
     "render.execute",
     "billing.command",

@@ -139,7 +139,9 @@ class UploadStarted(pydantic.BaseModel):
 class PartsRequest(pydantic.BaseModel):
     """Parts that need a (fresh) URL, e.g. one that failed after its URL expired."""
 
-    model_config = pydantic.ConfigDict(extra="forbid")
+    model_config = pydantic.ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"part_nos": [3]}]}
+    )
     part_nos: list[int] = pydantic.Field(min_length=1, max_length=1000)
 
 
@@ -153,7 +155,12 @@ class CompletedPart(pydantic.BaseModel):
 class CompleteUpload(pydantic.BaseModel):
     """Every part, with the ETag each PUT answered."""
 
-    model_config = pydantic.ConfigDict(extra="forbid")
+    model_config = pydantic.ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"parts": [{"part_no": 1, "etag": "9b2cf535f27731c974343645a3985328"}]}]
+        },
+    )
     parts: list[CompletedPart] = pydantic.Field(min_length=1, max_length=10_000)
 
 
@@ -211,6 +218,10 @@ class UploadNotOpen(errors.Conflict):
     def __init__(self, status: str) -> None:
         self.status = status
         super().__init__(f"the asset is {status}; its upload is closed")
+
+
+class NoBlobStore(errors.ConfigurationError):
+    """The hub was built without a blob store: nothing can be uploaded or played."""
 
 
 class PartsRejected(errors.InvalidInput):
@@ -312,9 +323,9 @@ async def move(
 
 
 def store_of(gen: Generation) -> Store:
-    """The hub's blob store; ConfigurationError when the hub has none."""
+    """The hub's blob store; NoBlobStore when the hub has none."""
     if gen.hub.blobs is None:
-        raise errors.ConfigurationError("the hub has no blob store: assets cannot be kept")
+        raise NoBlobStore("the hub has no blob store: assets cannot be kept")
     # Both engines implement the multipart protocol; the seam's type keeps them apart.
     return cast(Store, gen.hub.blobs)
 

@@ -34,6 +34,7 @@ _COMMON: dict[int | str, dict[str, Any]] = {
     401: {"description": "missing or unknown API key"},
     404: {"description": "no such asset (also for another tenant's asset ids)"},
     429: {"description": "rate limited (Retry-After)"},
+    503: {"description": "the hub was deployed without a blob store"},
 }
 
 
@@ -64,6 +65,8 @@ def _problem(exc: errors.HubError) -> Problem:
         return Problem(409, str(exc), slug="upload-closed", status_now=exc.status)
     if isinstance(exc, playback.NotPlayable):
         return Problem(409, str(exc), slug="not-playable")
+    if isinstance(exc, assets.NoBlobStore):  # the deployment's fault, not the request's
+        return Problem(503, str(exc), slug="asset-storage-unavailable")
     if isinstance(exc, assets.PartsRejected):
         return Problem(400, str(exc), slug="parts-rejected")
     if isinstance(exc, errors.InvalidInput):
@@ -75,6 +78,7 @@ def _problem(exc: errors.HubError) -> Problem:
 
 
 _SERVICE_ERRORS = (
+    assets.NoBlobStore,
     assets.AssetNotFound,
     assets.AssetLimitExceeded,
     assets.UploadNotOpen,

@@ -178,7 +178,7 @@ class AssetUploaded(pydantic.BaseModel):
 
 _NOTES = {
     FETCH_URGENT: "not named by the seed: its high-priority queue for expiring output URLs "
-    "(§3.9.3-4); partitions and retention as output.fetch",
+    "(§3.9.3-4); partitions and retention not given by the seed",
 }
 
 

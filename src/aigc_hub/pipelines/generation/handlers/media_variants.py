@@ -8,7 +8,8 @@ rejects the output. Output the review sends to human review stays POST_PROCESSIN
 playable, with no watchdog deadline, until a reviewer decides (the decision is recorded); a
 watermark verdict is recorded on the asset and the task goes on.
 
-Each variant is committed on its own as soon as it is made, under the unique job key
+Each variant is committed on its own as soon as it is made (a handler checkpoint: durable
+progress of outside work, like a submit's intent), under the unique job key
 ``(source_asset_id, variant_profile, pipeline_version)`` (§3.8.1), with objects at
 deterministic keys: a redelivery, or a retry after a crash halfway through the ladder, finds
 what was made and makes only what is missing. A failed FFmpeg run of a file the probe
@@ -94,7 +95,7 @@ async def process_output(gen: Generation, env: Envelope, ctx: HandlerContext) ->
                         _hold(gen, ctx, task, decision)
                         return []
                 for profile in missing:
-                    await _make(gen, task, source, profile, local, info, scratch, limits)
+                    await _make(gen, ctx, task, source, profile, local, info, scratch, limits)
             except MediaRefused as refused:
                 _invalid(gen, env, ctx, task, refused)
                 return []
@@ -159,6 +160,7 @@ async def _review(
 
 async def _make(
     gen: Generation,
+    ctx: HandlerContext,
     task: Mapping[str, Any],
     source: Mapping[str, Any],
     profile: str,
@@ -184,7 +186,8 @@ async def _make(
             main_info = stored
     assert main_info is not None, f"{profile}: {made.main} was not made"
     now = gen.hub.clock.now_ms()
-    async with gen.hub.transaction() as conn:
+
+    async def register(conn: AsyncConnection) -> None:
         await conn.execute(
             dialect_of(conn)
             .insert(assets)
@@ -212,6 +215,10 @@ async def _make(
             )
             .on_conflict_do_nothing()
         )
+
+    # Durable now, not at the handler's commit: a retry after a crash in the next variant's
+    # FFmpeg run finds this one under its job key and does not make it again.
+    await ctx.checkpoint(f"variant {profile} made", register)
 
 
 def _files_of(directory: Path) -> list[str]:
