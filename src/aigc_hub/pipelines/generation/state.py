@@ -9,6 +9,8 @@ scanners receive it as an argument; routes take it from :data:`STATE` (``kit.sta
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +20,12 @@ from pydantic import SecretStr
 
 from aigc_hub.media.probe import VideoInfo, probe_video
 from aigc_hub.media.sandbox import MediaLimits
-from aigc_hub.moderation import LocalModeration, Moderation, make_moderation
+from aigc_hub.moderation import (
+    LocalModeration,
+    Moderation,
+    ModerationUnavailable,
+    make_moderation,
+)
 from aigc_hub.pipeline import StateKey
 from aigc_hub.pipelines.generation.adapters.base import ProviderAdapter
 from aigc_hub.pipelines.generation.providers import Providers
@@ -29,6 +36,8 @@ from aigc_hub.reliability.slots import Slots
 if TYPE_CHECKING:
     from aigc_hub.bootstrap import Hub
     from aigc_hub.settings import Settings
+
+log = logging.getLogger(__name__)
 
 NAME = "generation"
 
@@ -61,6 +70,7 @@ class Generation:
     scheduler: SchedulerStats = field(default_factory=SchedulerStats)
     #: Reviews prompts (creating path) and outputs (media worker): the backbone's moderation.
     moderation: Moderation = field(default_factory=make_moderation)
+    _warming: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
     #: Webhook verifiers by provider, built once (None: that provider's webhooks are refused).
     _verifiers: dict[str, webhooks.WebhookVerifier | None] = field(
         default_factory=dict, init=False, repr=False
@@ -84,9 +94,24 @@ class Generation:
         """Where media jobs make their scratch folders (None: the system's temp dir)."""
         return Path(self.settings.media_scratch_dir) if self.settings.media_scratch_dir else None
 
+    def warm_up_moderation(self) -> None:
+        """Load the moderation's model in the background now, so the first create does not
+        wait for it (a failure is only logged: the first review tries again)."""
+        if not isinstance(self.moderation, LocalModeration) or self._warming is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # built outside a hub's loop (a tool): the first review loads it
+            return
+        self._warming = loop.create_task(_warm(self.moderation), name="moderation-warm-up")
+
     async def close(self) -> None:
         """Close the provider clients and the moderation's worker."""
         await self.providers.close()
+        if self._warming is not None:
+            self._warming.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._warming
         if isinstance(self.moderation, LocalModeration):
             self.moderation.close()
 
@@ -205,5 +230,14 @@ def build(
 
 def build_state(hub: Hub, settings: Settings) -> Generation:
     """The pipeline's state factory: a Generation from ``AIGC_HUB_GEN_*`` (the hub's own
-    settings hold nothing of generation's)."""
-    return build(hub)
+    settings hold nothing of generation's), its moderation model loading meanwhile."""
+    gen = build(hub)
+    gen.warm_up_moderation()
+    return gen
+
+
+async def _warm(moderation: LocalModeration) -> None:
+    try:
+        await moderation.warm_up()
+    except ModerationUnavailable as exc:
+        log.warning("moderation model not loaded at start (%s); the first review tries again", exc)
