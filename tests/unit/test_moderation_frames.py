@@ -88,6 +88,13 @@ def test_a_clip_frozen_for_a_while_then_moving_is_not_frozen() -> None:
     assert check(frames, duration_ms=8000, expected_duration_ms=None) == []
 
 
+def test_a_slow_drift_is_motion_though_neighbours_barely_differ() -> None:
+    # At most one luma level between neighbours (within the threshold), four across the
+    # clip: a slow gradient or pan, which a check of neighbours alone would call frozen.
+    frames = [flat(i * 125, 100 + round(i * 0.5)) for i in range(8)]
+    assert check(frames, duration_ms=1000, expected_duration_ms=None) == []
+
+
 def test_sensor_noise_below_the_threshold_still_counts_as_frozen() -> None:
     base = noisy(0, seed=3)
     jittered = [

@@ -51,8 +51,8 @@ class ModerationSettings(BaseSettings):
     frozen_diff_max: float = Field(
         1.0,
         ge=0,
-        description="consecutive frames whose mean absolute luma difference is at most this "
-        "are the same picture; all of them so: frozen",
+        description="a frame whose mean absolute luma difference from the first is at most "
+        "this is the same picture; every frame so: frozen",
     )
     duration_tolerance_ms: int = Field(
         1000, ge=0, description="allowed distance from the expected duration (at least)"
