@@ -146,10 +146,17 @@ async def _upload_50(
     async with httpx.AsyncClient(
         base_url=base, headers=headers, trust_env=False, timeout=60
     ) as api:
-        # warm-up: every route once, so what is measured next is the upload alone
+        # warm-up: every route once, so what is measured next is the upload alone; a create
+        # (402: no credits) waits for the prompt review's model, which the API loads at start
         warm = await uploads.upload(api, small)
         await uploads.complete(api, warm)
         assert (await uploads.settled(api, warm.asset_id))["status"] == "READY"
+        create = await api.post(
+            "/v1/generation-tasks",
+            json={"model": "local-v1", "prompt": "a boat", "duration_s": 1, "resolution": "160x90"},
+            headers={"Idempotency-Key": "warm-up"},
+        )
+        assert create.status_code == 402, create.text
         before = _peak_rss(pid)
         done = await uploads.upload(api, video, part_size=5 * MiB, parallel=4, fail_part=3)
         completed = await uploads.complete(api, done)
