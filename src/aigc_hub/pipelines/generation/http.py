@@ -11,11 +11,13 @@ in the same transaction (outbox), handled by the one state handler. Anything not
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 import orjson
 import pydantic
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 
 from aigc_hub.interfaces.http import kit
 from aigc_hub.interfaces.http.kit import FoldedIdempotency, IdempotentRoute, Problem
@@ -25,7 +27,22 @@ from aigc_hub.pipelines.generation.state import STATE, Generation
 from aigc_hub.pipelines.generation.states import TaskStatus
 from aigc_hub.reliability import webhooks
 
-router = APIRouter(prefix="/generation-tasks", tags=["generation"], route_class=IdempotentRoute)
+
+@contextlib.asynccontextmanager
+async def _warm_prompt_review(app: FastAPI) -> AsyncIterator[None]:
+    """An API process loads the prompt review's model as it starts serving (in the
+    background), so its first create does not wait for it; worker processes never load it."""
+    gen: Generation = app.state.hub.state_of(STATE)
+    gen.warm_up_moderation()
+    yield
+
+
+router = APIRouter(
+    prefix="/generation-tasks",
+    tags=["generation"],
+    route_class=IdempotentRoute,
+    lifespan=_warm_prompt_review,
+)
 credits_router = APIRouter(prefix="/credits", tags=["generation"])
 
 

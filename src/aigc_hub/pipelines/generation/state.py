@@ -230,10 +230,8 @@ def build(
 
 def build_state(hub: Hub, settings: Settings) -> Generation:
     """The pipeline's state factory: a Generation from ``AIGC_HUB_GEN_*`` (the hub's own
-    settings hold nothing of generation's), its moderation model loading meanwhile."""
-    gen = build(hub)
-    gen.warm_up_moderation()
-    return gen
+    settings hold nothing of generation's)."""
+    return build(hub)
 
 
 async def _warm(moderation: LocalModeration) -> None:
