@@ -6,115 +6,39 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import sqlalchemy as sa
 
 from aigc_hub.client import AsyncHubClient
 from aigc_hub.store.migrate import sync_url
-from tests.support.provider import ffprobe, free_port, require_ffmpeg
+from tests.support import up
+from tests.support.provider import ffprobe
+from tests.support.up import PROFILES, cli, profile_env
 
-ROOT = Path(__file__).resolve().parents[2]
 TASKS = 50
 
 
-def _cli(env: dict[str, str], cwd: Path, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "aigc_hub", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
-
-
-def _profile_env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
-    """Embedded defaults, or the scale profile: Kafka (Tansu) + PostgreSQL + Redis."""
-    if request.param == "embedded":
-        return {"AIGC_HUB_DATABASE_URL": f"sqlite:///{tmp_path / 'var' / 'hub.db'}"}
-    from tests.integration.test_scale_profile import _pairs, _redis_db
-
-    kafka = request.getfixturevalue("kafka_endpoint")
-    return {
-        "AIGC_HUB_BROKER": "kafka",
-        "AIGC_HUB_KAFKA_BOOTSTRAP": kafka.bootstrap,
-        "AIGC_HUB_KAFKA_CONSUMER_CONFIG": _pairs(kafka.consumer_settings),
-        "AIGC_HUB_KAFKA_PRODUCER_CONFIG": _pairs(kafka.producer_settings),
-        "AIGC_HUB_DATABASE_URL": request.getfixturevalue("pg_url"),
-        "AIGC_HUB_REDIS_URL": _redis_db(),
-    }
-
-
-@pytest.fixture(
-    params=[
-        "embedded",
-        pytest.param("scale", marks=[pytest.mark.kafka, pytest.mark.postgres, pytest.mark.redis]),
-    ]
-)
+@pytest.fixture(params=PROFILES)
 def hub_up(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
-    require_ffmpeg()
-    api_port, provider_port = free_port(), free_port()
-    env = {
-        **os.environ,
-        **_profile_env(request, tmp_path),
-        "AIGC_HUB_PIPELINES": "generation",
-        "AIGC_HUB_API_PORT": str(api_port),
-        "AIGC_HUB_GEN_LOCAL_PROVIDER_URL": f"http://127.0.0.1:{provider_port}",
-        "AIGC_HUB_GEN_POLL_FIRST_S": "1",
-        # 50 tasks here: one cheap variant each (the whole media stage has its own test,
-        # test_media_plane_up.py, on both profiles).
-        "AIGC_HUB_GEN_MEDIA_PROFILES": "poster",
-        "AIGC_HUB_LOG_LEVEL": "WARNING",
-        "PYTHONPATH": str(ROOT),
-    }
-    _cli(env, tmp_path, "db", "upgrade")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "aigc_hub", "up"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{api_port}"
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        else:  # never ready: fail here, not later with a confusing connection error
-            raise AssertionError(f"aigc-hub up not ready on {url} (exit code {proc.poll()})")
+    # 50 tasks here: one cheap variant each (the whole media stage has its own test,
+    # test_media_plane_up.py, on both profiles).
+    profile = profile_env(request, tmp_path)
+    with up.hub_up(profile, tmp_path, AIGC_HUB_GEN_MEDIA_PROFILES="poster") as (url, env, out):
         yield url, env
-    finally:
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 0, out
-    assert "local provider on" in out, out
+    assert "local provider on" in out[0], out[0]
 
 
 def _tenant(env: dict[str, str], cwd: Path, name: str) -> str:
-    out = _cli(env, cwd, "tenants", "create", name)
+    out = cli(env, cwd, "tenants", "create", name)
     tenant_id = re.search(r"tenant id:\s+(\S+)", out)
     key = re.search(r"api key:\s+(\S+)", out)
     assert tenant_id and key, out
-    _cli(env, cwd, "gen", "grant", tenant_id.group(1), "100000", "--grant-id", f"start-{name}")
+    cli(env, cwd, "gen", "grant", tenant_id.group(1), "100000", "--grant-id", f"start-{name}")
     return key.group(1)
 
 
@@ -147,7 +71,7 @@ def test_up_generates_fifty_videos_for_three_tenants(
 
     # the CLI twin reads the same facts
     shown = json.loads(
-        _cli(
+        cli(
             {**env, "AIGC_HUB_API_KEY": keys[0], "AIGC_HUB_API_URL": url},
             tmp_path,
             "gen",

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,13 +24,11 @@ import pytest
 from aigc_hub.blobs.s3 import S3BlobStore
 from aigc_hub.media import tools
 from aigc_hub.testing.seaweed import S3Endpoint
-from tests.acceptance.test_generation_up import _cli, _profile_env
-from tests.support import uploads
-from tests.support.provider import free_port, require_ffmpeg
+from tests.support import up, uploads
+from tests.support.up import cli, profile_env
 
-ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "aigc-hub-media"
-PROFILES = {"proxy", "hls", "poster", "thumbnails", "waveform"}
+VARIANTS = {"proxy", "hls", "poster", "thumbnails", "waveform"}
 
 
 def _s3_env(seaweed: S3Endpoint) -> dict[str, str]:
@@ -52,63 +47,22 @@ def _s3_env(seaweed: S3Endpoint) -> dict[str, str]:
     }
 
 
-@pytest.fixture(
-    params=[
-        "embedded",
-        pytest.param("scale", marks=[pytest.mark.kafka, pytest.mark.postgres, pytest.mark.redis]),
-    ]
-)
+@pytest.fixture(params=up.PROFILES)
 def hub_up(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
-    require_ffmpeg()
-    api_port, provider_port = free_port(), free_port()
-    profile = _profile_env(request, tmp_path)
+    profile = profile_env(request, tmp_path)
     if request.param == "scale":
         profile |= _s3_env(request.getfixturevalue("seaweed"))
-    env = {
-        **os.environ,
-        **profile,
-        "AIGC_HUB_PIPELINES": "generation",
-        "AIGC_HUB_API_PORT": str(api_port),
-        "AIGC_HUB_GEN_LOCAL_PROVIDER_URL": f"http://127.0.0.1:{provider_port}",
-        "AIGC_HUB_GEN_POLL_FIRST_S": "1",
-        "AIGC_HUB_GEN_ASSET_URL_SECRET": "acceptance-playback-secret-0123456789",
-        "AIGC_HUB_LOG_LEVEL": "WARNING",
-        "PYTHONPATH": str(ROOT),
-    }
-    _cli(env, tmp_path, "db", "upgrade")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "aigc_hub", "up"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{api_port}"
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2, trust_env=False).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        else:
-            raise AssertionError(f"aigc-hub up not ready on {url} (exit code {proc.poll()})")
+    secret = {"AIGC_HUB_GEN_ASSET_URL_SECRET": "acceptance-playback-secret-0123456789"}
+    with up.hub_up(profile, tmp_path, **secret) as (url, env, _out):
         yield url, env
-    finally:
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 0, out
 
 
 def _tenant(env: dict[str, str], cwd: Path) -> str:
-    out = _cli(env, cwd, "tenants", "create", "studio")
+    out = cli(env, cwd, "tenants", "create", "studio")
     tenant_id = re.search(r"tenant id:\s+(\S+)", out)
     key = re.search(r"api key:\s+(\S+)", out)
     assert tenant_id and key, out
-    _cli(env, cwd, "gen", "grant", tenant_id.group(1), "10000", "--grant-id", "start-studio")
+    cli(env, cwd, "gen", "grant", tenant_id.group(1), "10000", "--grant-id", "start-studio")
     return key.group(1)
 
 
@@ -185,7 +139,7 @@ def test_a_task_with_a_reference_asset_ends_playable_on_each_profile(
 
     assert seen["credits"]["reserved"] == 0  # settled; the refused prompt held nothing
     items = seen["variants"]["items"]
-    assert {v["variant_profile"] for v in items} == PROFILES
+    assert {v["variant_profile"] for v in items} == VARIANTS
     assert {v["status"] for v in items} == {"READY"}
     grant = seen["grant"]
     assert grant["content_type"] == "application/vnd.apple.mpegurl", grant
