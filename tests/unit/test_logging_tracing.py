@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import structlog
+from tests.support.logs import captured_logs
 
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.messaging import headers as hub_headers
@@ -23,17 +23,8 @@ SPAN = "00f067aa0ba902b7"
 
 @pytest.fixture
 def stream() -> Iterator[io.StringIO]:
-    """configure_logging() onto a buffer; restore logging and structlog afterwards."""
-    root = logging.getLogger()
-    level = root.level
-    out = io.StringIO()
-    hub_logging.configure_logging("DEBUG", json=True, stream=out)
-    yield out
-    for handler in [h for h in root.handlers if isinstance(h, hub_logging._OurHandler)]:
-        root.removeHandler(handler)
-    root.setLevel(level)
-    hub_logging.clear()
-    structlog.reset_defaults()
+    with captured_logs() as out:
+        yield out
 
 
 def _lines(out: io.StringIO) -> list[dict[str, Any]]:

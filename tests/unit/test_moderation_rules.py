@@ -7,13 +7,12 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
+from tests.support.logs import captured_logs
 
 from aigc_hub.core.errors import ConfigurationError
 from aigc_hub.moderation import (
@@ -27,7 +26,6 @@ from aigc_hub.moderation import (
 from aigc_hub.moderation import local as local_mod
 from aigc_hub.moderation.normalize import digest, join_spelled, normalize, spelled_runs, variants
 from aigc_hub.moderation.policy import DEFAULT_POLICY
-from aigc_hub.observability import logging as hub_logging
 
 RULES_ONLY = ModerationSettings(semantic=False)
 
@@ -40,16 +38,8 @@ def moderation() -> LocalModeration:
 
 @pytest.fixture
 def log_lines() -> Iterator[io.StringIO]:
-    """configure_logging() onto a buffer; restore logging and structlog afterwards."""
-    root = logging.getLogger()
-    level = root.level
-    out = io.StringIO()
-    hub_logging.configure_logging("DEBUG", json=True, stream=out)
-    yield out
-    for handler in [h for h in root.handlers if isinstance(h, hub_logging._OurHandler)]:
-        root.removeHandler(handler)
-    root.setLevel(level)
-    structlog.reset_defaults()
+    with captured_logs() as out:
+        yield out
 
 
 def _lines(out: io.StringIO) -> list[dict[str, Any]]:

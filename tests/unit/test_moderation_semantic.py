@@ -8,7 +8,6 @@ import asyncio
 import hashlib
 import io
 import json
-import logging
 import socket
 import sys
 import threading
@@ -16,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import structlog
+from tests.support.logs import captured_logs
 
 from aigc_hub.core import failpoints as fp
 from aigc_hub.core.errors import RetryableError
@@ -29,7 +28,6 @@ from aigc_hub.moderation import (
 )
 from aigc_hub.moderation import local as local_mod
 from aigc_hub.moderation.normalize import digest, normalize
-from aigc_hub.observability import logging as hub_logging
 
 
 def _shipped_weights() -> Path:
@@ -46,15 +44,8 @@ def moderation() -> Iterator[LocalModeration]:
 
 @pytest.fixture
 def log_lines() -> Iterator[io.StringIO]:
-    root = logging.getLogger()
-    level = root.level
-    out = io.StringIO()
-    hub_logging.configure_logging("DEBUG", json=True, stream=out)
-    yield out
-    for handler in [h for h in root.handlers if isinstance(h, hub_logging._OurHandler)]:
-        root.removeHandler(handler)
-    root.setLevel(level)
-    structlog.reset_defaults()
+    with captured_logs() as out:
+        yield out
 
 
 def _events(out: io.StringIO, name: str) -> list[dict[str, object]]:
