@@ -79,6 +79,7 @@ async def process_output(gen: Generation, env: Envelope, ctx: HandlerContext) ->
     settings = gen.settings
     missing = [p for p in settings.media_profile_list() if p not in made]
     decision: moderation.Decision | None = None
+    info: MediaInfo | None = None
     if missing or settings.output_review:
         limits = gen.media_limits()
         async with scratch_dir(gen.scratch_root()) as scratch:
@@ -101,7 +102,7 @@ async def process_output(gen: Generation, env: Envelope, ctx: HandlerContext) ->
                 return []
     # Tests fail here once to show a retry finds every variant made and makes none again.
     hub.failpoints.hit("media.before_finish")
-    _finish(gen, env, ctx, task, req.source_asset_id, decision)
+    _finish(gen, env, ctx, task, req.source_asset_id, decision, info)
     return []
 
 
@@ -272,9 +273,11 @@ def _finish(
     task: Mapping[str, Any],
     source_asset_id: str,
     decision: moderation.Decision | None,
+    info: MediaInfo | None,
 ) -> None:
     """Stage the end: SUCCEEDED when every required variant exists (checked again inside the
-    commit, so a concurrent delivery cannot end it early), with the review recorded."""
+    commit, so a concurrent delivery cannot end it early), with the review recorded and the
+    probe's audio fact on the source asset (the fetch's in-process probe reads video only)."""
     now = gen.hub.clock.now_ms()
     required = set(gen.settings.media_profile_list())
 
@@ -286,6 +289,12 @@ def _finish(
         if missing:  # made by a delivery whose commit we cannot see yet: let the retry decide
             raise RuntimeError(f"variants {sorted(missing)} of {source_asset_id} are missing")
         verdict = None
+        if info is not None:
+            await conn.execute(
+                sa.update(assets)
+                .where(assets.c.id == source_asset_id)
+                .values(audio_codec=info.audio_codec, updated_at=now)
+            )
         if decision is not None:
             await _record_review(conn, decision, current, source_asset_id, now)
             verdict = decision.verdict.value
