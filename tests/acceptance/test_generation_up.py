@@ -51,7 +51,8 @@ async def _run_tenant(url: str, key: str, count: int) -> list[str]:
             for n in range(count)
         ]
         finished = await asyncio.gather(*(client.wait(t.task_id, timeout=180) for t in created))
-    assert {t.status for t in finished} == {"SUCCEEDED"}, Counter(t.status for t in finished)
+    outcomes = Counter((t.status, t.failure_class, t.failure_code) for t in finished)
+    assert {t.status for t in finished} == {"SUCCEEDED"}, outcomes
     return [t.task_id for t in finished]
 
 

@@ -123,3 +123,26 @@ def state(pid: int) -> str | None:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except FileNotFoundError:
         return None
+
+
+async def test_a_tool_that_crashes_once_is_run_again_and_one_that_always_crashes_is_not_twice(
+    stand_in: Path, tmp_path: Path
+) -> None:
+    job = tmp_path / "job"
+    job.mkdir()
+    runs = tmp_path / "runs"
+    # counts its runs in a file outside the job; crashes (SIGSEGV) on the first one only
+    write(
+        stand_in,
+        f'echo run >> "{runs}"\n'
+        f'if [ "$(wc -l < "{runs}")" -eq 1 ]; then kill -SEGV $$; fi\necho ok\n',
+    )
+    result = await sandbox.run_tool("ffmpeg", [], cwd=job, limits=MediaLimits())
+    assert (result.returncode, result.stdout) == (0, b"ok\n")
+    assert runs.read_text().count("run") == 2
+
+    runs.unlink()
+    write(stand_in, f'echo run >> "{runs}"\nkill -SEGV $$\n')
+    result = await sandbox.run_tool("ffmpeg", [], cwd=job, limits=MediaLimits())
+    assert result.returncode == -11  # crashed twice: the caller refuses it ("crashed")
+    assert runs.read_text().count("run") == 2

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import errno
 import functools
+import logging
 import os
 import resource
 import shutil
@@ -37,6 +38,8 @@ from typing import Final
 from aigc_hub.core import errors
 from aigc_hub.media import tools
 from aigc_hub.media.tools import ToolName
+
+log = logging.getLogger(__name__)
 
 GiB: Final = 1 << 30
 #: What of a tool's stderr is kept: its last lines say why it failed.
@@ -136,8 +139,27 @@ async def run_tool(
     reaped first), MediaRefused("too_large") when stdout passes ``max_stdout`` bytes,
     MediaRefused("memory") when the tool cannot even start under the address-space limit,
     and MediaToolMissing when the tool is not installed. If the caller is cancelled, the
-    process group is killed and reaped before the cancellation goes on.
+    process group is killed and reaped before the cancellation goes on. A tool that dies of
+    a signal is run once more before its result is returned.
     """
+    result = await _run_once(tool, args, cwd=cwd, limits=limits, max_stdout=max_stdout)
+    if result.returncode < 0:
+        # Killed by a signal it did not get from us (a timeout raises instead): a crash.
+        # Run it once more, so one crash of the tool is not taken for the file's fault; a
+        # file that crashes it again is refused by the caller as before.
+        log.warning("%s died of signal %d; running it once more", tool, -result.returncode)
+        result = await _run_once(tool, args, cwd=cwd, limits=limits, max_stdout=max_stdout)
+    return result
+
+
+async def _run_once(
+    tool: ToolName,
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    limits: MediaLimits,
+    max_stdout: int,
+) -> ToolResult:
     argv = [tools.executable(tool), *args]
     limit = limits.address_space_bytes
     try:
