@@ -49,11 +49,16 @@ def find_font() -> str | None:
 def _look(prompt: str, width: int, height: int) -> tuple[str, int]:
     digest = hashlib.sha256(prompt.encode("utf-8", "replace")).digest()
     size = f"size={width}x{height}:rate={FPS}"  # -t bounds the length (mandelbrot has no duration)
-    c0, c1 = digest[2:5].hex(), digest[5:8].hex()
+    # a light and a dark colour: a gradient of two near colours would barely change as it
+    # turns, and read as frozen video
+    c0 = bytes(b | 0x80 for b in digest[2:5]).hex()
+    c1 = bytes(b & 0x3F for b in digest[5:8]).hex()
     sources = (
         f"testsrc2={size}",
         f"mandelbrot={size}",
-        f"gradients={size}:c0=0x{c0}:c1=0x{c1}:speed=0.05",
+        # a seed from the prompt (the filter's default is random: the same prompt would
+        # move differently each time) and a speed at which a one-second clip visibly moves
+        f"gradients={size}:c0=0x{c0}:c1=0x{c1}:speed=0.2:seed={int.from_bytes(digest[8:12])}",
     )
     return sources[digest[0] % len(sources)], digest[1] * 360 // 256
 
