@@ -38,7 +38,10 @@ from aigc_hub.pipelines.generation.adapters.fetch import OutputFetch
 from aigc_hub.pipelines.generation.adapters.local import LocalProviderAdapter
 
 IP = IPv4Address | IPv6Address
-Handler = Callable[[str, dict[str, str], asyncio.StreamWriter], Awaitable[None]]
+Writer = asyncio.StreamWriter
+Reader = asyncio.StreamReader
+#: A route: the request's path and headers, the connection to answer on (and to read from).
+Handler = Callable[[str, dict[str, str], Writer, Reader], Awaitable[None]]
 BODY = bytes(range(256)) * 40  # 10 KiB, not all one byte: a wrong offset changes the hash
 
 
@@ -69,7 +72,7 @@ class Server:
             }
             self.seen.append((path, headers))
             handler = self.routes.get(path.split("?")[0], not_found)
-            await handler(path, headers, writer)
+            await handler(path, headers, writer, reader)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass
         finally:
@@ -94,29 +97,29 @@ async def answer(
     await writer.drain()
 
 
-async def not_found(path: str, headers: dict[str, str], writer: asyncio.StreamWriter) -> None:
+async def not_found(path: str, headers: dict[str, str], writer: Writer, reader: Reader) -> None:
     await answer(writer, 404, {"Content-Length": "0"})
 
 
-async def ok(path: str, headers: dict[str, str], writer: asyncio.StreamWriter) -> None:
+async def ok(path: str, headers: dict[str, str], writer: Writer, reader: Reader) -> None:
     await answer(writer, 200, {"Content-Length": str(len(BODY)), "Content-Type": "video/mp4"}, BODY)
 
 
 def redirect_to(location: str, status: int = 302) -> Handler:
-    async def handler(path: str, headers: dict[str, str], writer: asyncio.StreamWriter) -> None:
+    async def handler(path: str, headers: dict[str, str], writer: Writer, reader: Reader) -> None:
         await answer(writer, status, {"Location": location, "Content-Length": "0"})
 
     return handler
 
 
 def status(code: int) -> Handler:
-    async def handler(path: str, headers: dict[str, str], writer: asyncio.StreamWriter) -> None:
+    async def handler(path: str, headers: dict[str, str], writer: Writer, reader: Reader) -> None:
         await answer(writer, code, {"Content-Length": "0"})
 
     return handler
 
 
-async def drip(path: str, headers: dict[str, str], writer: asyncio.StreamWriter) -> None:
+async def drip(path: str, headers: dict[str, str], writer: Writer, reader: Reader) -> None:
     """A byte every 20 ms of a declared megabyte: never idle long, never done."""
     await answer(writer, 200, {"Content-Length": str(1 << 20)})
     for _ in range(1 << 20):
@@ -125,7 +128,7 @@ async def drip(path: str, headers: dict[str, str], writer: asyncio.StreamWriter)
         await asyncio.sleep(0.02)
 
 
-async def endless(path: str, headers: dict[str, str], writer: asyncio.StreamWriter) -> None:
+async def endless(path: str, headers: dict[str, str], writer: Writer, reader: Reader) -> None:
     """Chunked 64 KiB pieces, with no end (bounded at 1 GiB so a broken cap cannot hang)."""
     await answer(writer, 200, {"Transfer-Encoding": "chunked"})
     piece = b"%x\r\n%s\r\n" % (65536, b"y" * 65536)
@@ -135,11 +138,12 @@ async def endless(path: str, headers: dict[str, str], writer: asyncio.StreamWrit
 
 
 async def declares_a_terabyte(
-    path: str, headers: dict[str, str], writer: asyncio.StreamWriter
+    path: str, headers: dict[str, str], writer: Writer, reader: Reader
 ) -> None:
-    """Headers saying 1 TB, then nothing: a client that reads waits for the deadline."""
+    """Headers saying 1 TB, then nothing until the client hangs up (a client that read the
+    body would wait for its deadline); bounded in case it never does."""
     await answer(writer, 200, {"Content-Length": str(10**12)})
-    await asyncio.sleep(60)
+    await asyncio.wait_for(reader.read(), 30)
 
 
 # --- injected seams -----------------------------------------------------------------------
@@ -595,7 +599,7 @@ async def test_a_hosted_vendor_does_not_trust_a_loopback_delivery_host_unless_to
     assert got.size_bytes == len(BODY) and fake.hits == 1
 
 
-async def cut_short(path: str, headers: dict[str, str], writer: asyncio.StreamWriter) -> None:
+async def cut_short(path: str, headers: dict[str, str], writer: Writer, reader: Reader) -> None:
     await answer(writer, 200, {"Content-Length": str(len(BODY))}, BODY[:1000])
 
 
