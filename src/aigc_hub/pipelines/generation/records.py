@@ -13,7 +13,7 @@ and no history of their own).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -30,6 +30,7 @@ from aigc_hub.pipelines.generation.models import (
 )
 from aigc_hub.pipelines.generation.states import ATTEMPTS, STAGE, TASKS, AttemptStatus, TaskStatus
 from aigc_hub.reliability.notifications import Notification, notification_envelope
+from aigc_hub.reliability.outbox import Routed
 from aigc_hub.store import transitions
 from aigc_hub.store.transitions import History, Stateful
 
@@ -127,6 +128,47 @@ async def move(
         actual_cost = changes.get("actual_cost", task["actual_cost"])
         await close_ledger(conn, {**task, **changes}, to, now_ms, actual_cost=actual_cost)
     return list(moved.events)
+
+
+#: A staged fact change (``ctx.write``): runs in the handler's commit, returns its events.
+StagedWrite = Callable[[AsyncConnection], Awaitable[list[Envelope | Routed]]]
+
+
+def failing(
+    task_id: str,
+    *,
+    while_in: TaskStatus,
+    cause: str,
+    cause_env: Envelope,
+    now_ms: int,
+    failure_class: str,
+    failure_code: str,
+    detail: Mapping[str, Any],
+    first: Callable[[AsyncConnection, Mapping[str, Any]], Awaitable[None]] | None = None,
+) -> StagedWrite:
+    """A staged write ending task ``task_id`` FAILED if it is still ``while_in`` when the
+    commit runs (a task moved on meanwhile is left alone); ``first(conn, task)`` writes what
+    goes with the failure, in the same transaction."""
+
+    async def fail(conn: AsyncConnection) -> list[Envelope | Routed]:
+        current = await load(conn, task_id)
+        if current is None or current["status"] != while_in.value:
+            return []
+        if first is not None:
+            await first(conn, current)
+        notes = await move(
+            conn,
+            current,
+            TaskStatus.FAILED,
+            cause=cause,
+            cause_env=cause_env,
+            now_ms=now_ms,
+            values={"failure_class": failure_class, "failure_code": failure_code[:60]},
+            detail=detail,
+        )
+        return [*notes]
+
+    return fail
 
 
 async def move_attempt(

@@ -207,25 +207,18 @@ def _invalid(
     hub: Hub, env: Envelope, task: Mapping[str, Any], reason: str, ctx: HandlerContext
 ) -> None:
     """Stage FAILED (invalid output) for a task still fetching."""
-    now = hub.clock.now_ms()
-
-    async def record(conn: AsyncConnection) -> list[Envelope | Routed]:
-        current = await records.load(conn, str(task["id"]))
-        if current is None or current["status"] != TaskStatus.OUTPUT_FETCHING.value:
-            return []
-        notes = await records.move(
-            conn,
-            current,
-            TaskStatus.FAILED,
+    ctx.write(
+        records.failing(
+            str(task["id"]),
+            while_in=TaskStatus.OUTPUT_FETCHING,
             cause="output.invalid",
             cause_env=env,
-            now_ms=now,
-            values={"failure_class": "invalid_output", "failure_code": "unreadable_video"},
+            now_ms=hub.clock.now_ms(),
+            failure_class="invalid_output",
+            failure_code="unreadable_video",
             detail={"reason": reason[:300]},
         )
-        return [*notes]
-
-    ctx.write(record)
+    )
 
 
 async def on_fetch(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:

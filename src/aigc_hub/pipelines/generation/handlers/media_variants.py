@@ -324,30 +324,27 @@ def _fail(
     now = gen.hub.clock.now_ms()
     source_asset_id = str(task["result_asset_id"])
 
-    async def record(conn: AsyncConnection) -> list[Envelope | Routed]:
-        current = await records.load(conn, str(task["id"]))
-        if current is None or current["status"] != S.POST_PROCESSING.value:
-            return []
+    async def record_review(conn: AsyncConnection, current: Mapping[str, Any]) -> None:
         await _record_review(conn, decision, current, source_asset_id, now)
-        code = decision.hit_rules[0] if decision.hit_rules else "rejected"
-        notes = await records.move(
-            conn,
-            current,
-            S.FAILED,
+
+    ctx.write(
+        records.failing(
+            str(task["id"]),
+            while_in=S.POST_PROCESSING,
             cause="media.moderation_rejected",
             cause_env=env,
             now_ms=now,
-            values={"failure_class": records.MODERATION, "failure_code": code[:60]},
+            failure_class=records.MODERATION,
+            failure_code=decision.hit_rules[0] if decision.hit_rules else "rejected",
             detail={
                 "policy_version": decision.policy_version,
                 "model_version": decision.model_version,
                 "hit_rules": list(decision.hit_rules),
                 "reason": decision.reason[:300],
             },
+            first=record_review,
         )
-        return [*notes]
-
-    ctx.write(record)
+    )
 
 
 def _hold(
@@ -383,25 +380,18 @@ def _invalid(
 ) -> None:
     """Stage FAILED for output the toolkit refuses (over a limit, unreadable): retrying the
     same bytes cannot help."""
-    now = gen.hub.clock.now_ms()
-
-    async def record(conn: AsyncConnection) -> list[Envelope | Routed]:
-        current = await records.load(conn, str(task["id"]))
-        if current is None or current["status"] != S.POST_PROCESSING.value:
-            return []
-        notes = await records.move(
-            conn,
-            current,
-            S.FAILED,
+    ctx.write(
+        records.failing(
+            str(task["id"]),
+            while_in=S.POST_PROCESSING,
             cause="media.refused",
             cause_env=env,
-            now_ms=now,
-            values={"failure_class": "invalid_output", "failure_code": refused.code[:60]},
+            now_ms=gen.hub.clock.now_ms(),
+            failure_class="invalid_output",
+            failure_code=refused.code,
             detail={"reason": str(refused)[:300]},
         )
-        return [*notes]
-
-    ctx.write(record)
+    )
 
 
 def disk_pressure(gen: Generation) -> str | None:
