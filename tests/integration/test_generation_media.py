@@ -78,6 +78,14 @@ async def wait_status(
     return found
 
 
+async def generate_one(stack: Stack) -> dict[str, Any]:
+    """One task of a new tenant, run to its end; its snapshot."""
+    key = await stack.tenant("acme")
+    async with stack.client(key) as client:
+        task_id = await submit(client)
+        return await wait_status(client, task_id, {"SUCCEEDED", "FAILED"})
+
+
 async def rows_of(stack: Stack, query: sa.Select[Any]) -> Sequence[sa.Row[Any]]:
     async with stack.hub.engine.connect() as conn:
         return (await conn.execute(query)).all()
@@ -114,10 +122,8 @@ async def test_a_task_is_succeeded_only_with_every_variant_and_its_hls_plays(
 ) -> None:
     broker = make_broker("embedded", tmp_path)
     async with generation_stack(db_url, broker, provider, tmp_path, **MEDIA_STAGE) as stack:
-        key = await stack.tenant("acme")
-        async with stack.client(key) as client:
-            task_id = await submit(client)
-            task = await wait_status(client, task_id, {"SUCCEEDED", "FAILED"})
+        task = await generate_one(stack)
+        task_id = task["task_id"]
         assert task["status"] == "SUCCEEDED", task
         moves = await rows_of(
             stack,
@@ -179,20 +185,18 @@ async def test_a_redelivered_media_job_makes_no_second_variant(
                 raise RetryableError("lost the database between the variants and the end")
 
         stack.hub.failpoints.arm("media.before_finish", fail_once)
-        key = await stack.tenant("acme")
-        async with stack.client(key) as client:
-            task_id = await submit(client)
-            task = await wait_status(client, task_id, {"SUCCEEDED", "FAILED"})
-            assert task["status"] == "SUCCEEDED", task
-            source_id = str(task["result_asset_ids"][0])
-            first = {v.variant_profile: v.id for v in await variants_of(stack, source_id)}
+        task = await generate_one(stack)
+        task_id = task["task_id"]
+        assert task["status"] == "SUCCEEDED", task
+        source_id = str(task["result_asset_ids"][0])
+        first = {v.variant_profile: v.id for v in await variants_of(stack, source_id)}
 
-            # What the POST_PROCESSING watchdog sends: a new event for the same job.
-            again = events.MediaProcessRequested(task_id=task_id, source_asset_id=source_id)
-            async with stack.hub.transaction() as conn:
-                envelope = events_envelope(again, task_id)
-                await stack.hub.outbox.add(conn, [envelope])
-            await wait_until(lambda: _handled(stack, envelope.event_id), timeout=30)
+        # What the POST_PROCESSING watchdog sends: a new event for the same job.
+        again = events.MediaProcessRequested(task_id=task_id, source_asset_id=source_id)
+        async with stack.hub.transaction() as conn:
+            envelope = events_envelope(again, task_id)
+            await stack.hub.outbox.add(conn, [envelope])
+        await wait_until(lambda: _handled(stack, envelope.event_id), timeout=30)
         assert failures == 2  # the job ran twice
         assert sorted(made) == sorted(PROFILES)  # …and made each variant once
         after = {v.variant_profile: v.id for v in await variants_of(stack, source_id)}
@@ -223,10 +227,8 @@ async def test_a_black_output_fails_with_class_moderation_and_its_hold_is_releas
     provider.faults(black_next=1)
     broker = make_broker("embedded", tmp_path)
     async with generation_stack(db_url, broker, provider, tmp_path, **MEDIA_STAGE) as stack:
-        key = await stack.tenant("acme")
-        async with stack.client(key) as client:
-            task_id = await submit(client)
-            task = await wait_status(client, task_id, {"SUCCEEDED", "FAILED"})
+        task = await generate_one(stack)
+        task_id = task["task_id"]
         assert (task["status"], task["failure_class"]) == ("FAILED", "moderation"), task
         assert await ledger_of(stack, task_id) == ["RESERVE", "RELEASE"]
         decisions = await rows_of(
@@ -246,10 +248,7 @@ async def test_moderation_down_is_retried_until_it_answers(
     async with generation_stack(db_url, broker, provider, tmp_path, **MEDIA_STAGE) as stack:
         flaky = ScriptedModeration(stack.gen.moderation, frame_failures=2)
         stack.gen.moderation = flaky
-        key = await stack.tenant("acme")
-        async with stack.client(key) as client:
-            task_id = await submit(client)
-            task = await wait_status(client, task_id, {"SUCCEEDED", "FAILED"})
+        task = await generate_one(stack)
         assert task["status"] == "SUCCEEDED", task
         assert flaky.frame_calls == 3
 
@@ -286,10 +285,7 @@ async def test_an_output_expiring_soon_is_fetched_on_the_urgent_queue(
     async with generation_stack(
         db_url, broker, provider, tmp_path, urgent_fetch_within_s=7200, **MEDIA_STAGE
     ) as stack:
-        key = await stack.tenant("acme")
-        async with stack.client(key) as client:
-            task_id = await submit(client)
-            task = await wait_status(client, task_id, {"SUCCEEDED", "FAILED"})
+        task = await generate_one(stack)
         assert task["status"] == "SUCCEEDED"
         fetches = await rows_of(
             stack,
@@ -313,10 +309,7 @@ async def test_orphan_objects_are_deleted_and_rows_without_objects_marked_by_com
     ) as stack:
         blobs = stack.hub.blobs
         assert blobs is not None
-        key = await stack.tenant("acme")
-        async with stack.client(key) as client:
-            task_id = await submit(client)
-            task = await wait_status(client, task_id, {"SUCCEEDED", "FAILED"})
+        task = await generate_one(stack)
         assert task["status"] == "SUCCEEDED"
         orphan = f"tenants/acme/generation/{uuid.uuid4()}/a1/output.mp4"
         await blobs.put(orphan, b"left behind by a fetch whose row never committed")
