@@ -22,6 +22,7 @@ suite instead of checking classes.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -201,6 +202,38 @@ async def file_chunks(path: Path, chunk_size: int = CHUNK_SIZE) -> AsyncIterator
             yield chunk
     finally:
         await asyncio.to_thread(handle.close)
+
+
+class ObjectTooLarge(PermanentError):
+    """An object read by :func:`download` ran past the size its caller allows."""
+
+
+@dataclass(frozen=True)
+class Downloaded:
+    """What :func:`download` wrote: the byte count and the sha256 (lowercase hex)."""
+
+    size: int
+    sha256: str
+
+
+async def download(
+    store: BlobStore, key: str, dest: Path, *, max_bytes: int | None = None
+) -> Downloaded:
+    """Stream the object at ``key`` into a new file ``dest``, never whole in memory and
+    never writing on the event loop, hashing it on the way. Raises BlobNotFound, and
+    ObjectTooLarge as soon as more than ``max_bytes`` arrived (the rest is not read)."""
+    digest, size = hashlib.sha256(), 0
+    handle = await asyncio.to_thread(dest.open, "xb")
+    try:
+        async for chunk in store.stream(key):
+            size += len(chunk)
+            if max_bytes is not None and size > max_bytes:
+                raise ObjectTooLarge(f"{key}: more than {max_bytes} bytes")
+            digest.update(chunk)
+            await asyncio.to_thread(handle.write, chunk)
+    finally:
+        await asyncio.to_thread(handle.close)
+    return Downloaded(size, digest.hexdigest())
 
 
 def check_expires(expires_s: int) -> int:

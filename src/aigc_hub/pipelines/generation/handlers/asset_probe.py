@@ -11,13 +11,12 @@ guarded ``PROCESSING → …`` move: a redelivery finds the asset moved on and d
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from aigc_hub.blobs.base import BlobNotFound
+from aigc_hub.blobs.base import BlobNotFound, ObjectTooLarge, download
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import PermanentError
 from aigc_hub.media import probe, sandbox
@@ -26,9 +25,6 @@ from aigc_hub.pipelines.generation.assets import AssetStatus
 from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.reliability.outbox import Routed
 from aigc_hub.runtime.context import HandlerContext
-
-#: Bytes read from the store per chunk while copying into the scratch directory.
-CHUNK = 1 << 20
 
 
 class Rejected(PermanentError):
@@ -41,22 +37,16 @@ class Rejected(PermanentError):
 
 async def _copy(gen: Generation, row: dict[str, Any], dest: Path) -> None:
     """Stream the object to ``dest`` checking its size and sha256 against the declared ones."""
-    store = assets.store_of(gen)
     declared = int(row["size_bytes"])
-    digest, size = hashlib.sha256(), 0
     try:
-        with dest.open("xb") as out:
-            async for chunk in store.stream(row["object_key"], CHUNK):
-                size += len(chunk)
-                if size > declared:  # stop reading: more bytes than declared cannot pass
-                    raise Rejected(f"size_mismatch: more than the {declared} bytes declared")
-                digest.update(chunk)
-                out.write(chunk)
+        got = await download(assets.store_of(gen), row["object_key"], dest, max_bytes=declared)
     except BlobNotFound:
         raise Rejected("object_missing: the uploaded object is gone") from None
-    if size != declared:
-        raise Rejected(f"size_mismatch: {size} bytes, {declared} declared")
-    if digest.hexdigest() != row["checksum_value"]:
+    except ObjectTooLarge:  # stopped reading: more bytes than declared cannot pass
+        raise Rejected(f"size_mismatch: more than the {declared} bytes declared") from None
+    if got.size != declared:
+        raise Rejected(f"size_mismatch: {got.size} bytes, {declared} declared")
+    if got.sha256 != row["checksum_value"]:
         raise Rejected("checksum_mismatch")
 
 

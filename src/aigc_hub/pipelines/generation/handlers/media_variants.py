@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from aigc_hub import moderation
-from aigc_hub.blobs.base import file_chunks
+from aigc_hub.blobs.base import download, file_chunks
 from aigc_hub.core import ids
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.media import frames as media_frames
@@ -84,7 +84,7 @@ async def process_output(gen: Generation, env: Envelope, ctx: HandlerContext) ->
         limits = gen.media_limits()
         async with scratch_dir(gen.scratch_root()) as scratch:
             local = scratch / "source.mp4"
-            await _download(gen, str(source["object_key"]), local)
+            await download(hub.blobs, str(source["object_key"]), local)
             try:
                 info = await probe(local, limits)
                 if settings.output_review:
@@ -121,17 +121,6 @@ async def made_profiles(conn: AsyncConnection, source_asset_id: str) -> set[str]
 async def _asset(conn: AsyncConnection, asset_id: str) -> dict[str, Any] | None:
     row = (await conn.execute(sa.select(assets).where(assets.c.id == asset_id))).first()
     return None if row is None else dict(row._mapping)
-
-
-async def _download(gen: Generation, key: str, dest: Path) -> None:
-    """Stream the object at ``key`` into ``dest`` (never whole in memory)."""
-    assert gen.hub.blobs is not None
-    handle = await asyncio.to_thread(dest.open, "wb")
-    try:
-        async for chunk in gen.hub.blobs.stream(key):
-            await asyncio.to_thread(handle.write, chunk)
-    finally:
-        await asyncio.to_thread(handle.close)
 
 
 async def _review(
@@ -175,13 +164,13 @@ async def _make(
     await asyncio.to_thread(out_dir.mkdir)
     made = await ladder.make_variant(profile, local, info, out_dir, limits=limits)
     prefix = variant_prefix(str(source["object_key"]), profile)
+    blobs = gen.hub.blobs
+    assert blobs is not None  # checked by the handler before any work
     total, main_info = 0, None
     files = await asyncio.to_thread(_files_of, made.directory)
     for rel in files:
         content_type = made.content_type if rel == made.main else _content_type(rel)
-        stored = await gen.hub.blobs.put(  # type: ignore[union-attr]
-            f"{prefix}/{rel}", file_chunks(made.directory / rel), content_type
-        )
+        stored = await blobs.put(f"{prefix}/{rel}", file_chunks(made.directory / rel), content_type)
         total += stored.size
         if rel == made.main:
             main_info = stored
