@@ -23,6 +23,7 @@ import sqlalchemy as sa
 
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.pipelines.generation import events
+from aigc_hub.pipelines.generation.assets import KEY_KIND
 from aigc_hub.pipelines.generation.models import assets, generation_tasks, provider_jobs
 from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.pipelines.generation.states import TaskStatus
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 #: (``tenants/<t>/generation/…``) and uploads (``t/<t>/asset/…``, see blobs.keys).
 OWNED_PREFIXES = ("tenants/", "t/")
 #: Second segment of a ``t/<tenant>/<kind>/…`` key that is generation's.
-OWNED_KINDS = frozenset({"asset"})
+OWNED_KINDS = frozenset({KEY_KIND})
 
 
 def owned(key: str) -> bool:
