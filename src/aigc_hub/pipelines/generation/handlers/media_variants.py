@@ -38,6 +38,7 @@ from aigc_hub.media import frames as media_frames
 from aigc_hub.media import ladder
 from aigc_hub.media.probe import MediaInfo, probe
 from aigc_hub.media.sandbox import MediaLimits, MediaRefused, scratch_dir
+from aigc_hub.pipelines.generation import assets as asset_service
 from aigc_hub.pipelines.generation import events, records
 from aigc_hub.pipelines.generation.models import assets, generation_tasks
 from aigc_hub.pipelines.generation.state import Generation
@@ -64,7 +65,7 @@ async def process_output(gen: Generation, env: Envelope, ctx: HandlerContext) ->
     hub = gen.hub
     async with reader(hub.engine) as conn:
         task = await records.load(conn, req.task_id)
-        source = await _asset(conn, req.source_asset_id)
+        source = await asset_service.load(conn, req.source_asset_id)
         made = await made_profiles(conn, req.source_asset_id)
     if (
         task is None
@@ -116,11 +117,6 @@ async def made_profiles(conn: AsyncConnection, source_asset_id: str) -> set[str]
         )
     )
     return {str(p) for p in rows.scalars()}
-
-
-async def _asset(conn: AsyncConnection, asset_id: str) -> dict[str, Any] | None:
-    row = (await conn.execute(sa.select(assets).where(assets.c.id == asset_id))).first()
-    return None if row is None else dict(row._mapping)
 
 
 async def _review(

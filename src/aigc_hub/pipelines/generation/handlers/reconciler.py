@@ -50,12 +50,8 @@ async def on_reconcile(gen: Generation, env: Envelope, ctx: HandlerContext) -> l
     if env.event_type == events.MISSING_OBJECT_FOUND:
         asset_id = ctx.payload_as(events.MissingObjectFound).asset_id
         async with reader(gen.hub.engine) as conn:
-            row = (
-                await conn.execute(
-                    sa.select(assets.c.object_key, assets.c.status).where(assets.c.id == asset_id)
-                )
-            ).first()
-        if row is None or row.status != "READY" or await blobs.head(str(row.object_key)):
+            row = await assets_service.load(conn, asset_id)
+        if row is None or row["status"] != "READY" or await blobs.head(str(row["object_key"])):
             return []
         now = gen.hub.clock.now_ms()
 
