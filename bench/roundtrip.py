@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pydantic
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -101,7 +102,8 @@ class LatencyProbe:
 
 
 async def enqueue_one(hub: Hub, i: int, run: str) -> None:
-    """The service call: a fact row and its outbox row in one transaction."""
+    """The service call: a fact row and its outbox row in one transaction (shared with the
+    calls that arrive while the previous group commits)."""
     task_id = f"{run}-{i:08d}"
     body = ("task " + task_id + " ") * 8
     env = Envelope.new(
@@ -110,9 +112,14 @@ async def enqueue_one(hub: Hub, i: int, run: str) -> None:
         key=task_id,
         source="bench",
     )
-    async with hub.transaction() as conn:
-        await conn.execute(tasks.insert().values(id=task_id, body=body))
+
+    async def work(conn: AsyncConnection) -> None:
+        # Parameters at execute time: the INSERT is compiled once, as an application's is.
+        await conn.execute(tasks.insert(), {"id": task_id, "body": body})
         await hub.outbox.add(conn, [env])
+
+    # Concurrent calls share a commit (Hub.service_call); each returns once it is durable.
+    await hub.service_call(work)
 
 
 async def count_effects(hub: Hub) -> int:

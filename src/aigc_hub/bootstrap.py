@@ -51,6 +51,7 @@ from aigc_hub.schemas.registry import SchemaRegistry
 from aigc_hub.settings import Settings
 from aigc_hub.store import engine as store_engine
 from aigc_hub.store.dialects import dialect_of
+from aigc_hub.store.grouped import GroupedCalls, Work
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,12 @@ class Hub:
             max_batch=config.commit_batch,
             max_wait=config.commit_wait,
             on_emitted=self.relay.wake,
+        )
+        # SQLite has one writer: one group at a time; PostgreSQL runs a few side by side.
+        self.grouped = GroupedCalls(
+            engine,
+            max_groups=1 if store_engine.is_sqlite(engine) else 4,
+            after_commit=self.relay.wake,
         )
         self.dlq = DeadLetterStore(engine, self.outbox, self.clock)
         self.redeliveries = RedeliveryStore(engine)
@@ -258,6 +265,16 @@ class Hub:
         async with self.engine.begin() as conn:
             yield conn
         self.relay.wake()
+
+    async def service_call(self, work: Work[S]) -> S:
+        """Run a service call's database work grouped with concurrent ones (one commit for
+        all; see :mod:`aigc_hub.store.grouped`) and return its result once it committed.
+
+        For calls whose work touches only the database and may run twice; the relay is woken
+        after the commit. A call that must do more inside its transaction uses
+        :meth:`transaction`.
+        """
+        return await self.grouped.run(work)
 
     async def run(
         self,

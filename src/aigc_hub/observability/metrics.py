@@ -114,6 +114,11 @@ COMMIT_BATCH = Histogram(
     "Events per group commit.",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
 )
+GROUPED_CALLS = Histogram(
+    "aigc_hub_grouped_calls_size",
+    "Service calls per grouped transaction.",
+    buckets=(1, 2, 4, 8, 16, 32, 64),
+)
 
 # -- backlogs (outbox scanner, lag monitor) ------------------------------------------------
 
@@ -167,6 +172,7 @@ ALL: tuple[MetricWrapperBase, ...] = (
     PARKED_KEYS,
     CONSUMER_PAUSED,
     COMMIT_BATCH,
+    GROUPED_CALLS,
     OUTBOX_UNPUBLISHED,
     OUTBOX_OLDEST_AGE,
     CONSUMER_LAG,

@@ -12,6 +12,7 @@ from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import ConfigurationError
 from aigc_hub.messaging import headers as h
 from aigc_hub.store import tables
+from aigc_hub.store.grouped import insert_rows
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,10 @@ class OutboxWriter:
         ]
 
     async def add(self, conn: AsyncConnection, envelopes: Sequence[Envelope | Routed]) -> int:
-        """Insert one outbox row per event in ``conn``'s transaction; returns the count."""
+        """Insert one outbox row per event in ``conn``'s transaction; returns the count.
+
+        In a grouped service call the rows are inserted with the group's others at its end.
+        """
         if not envelopes:
             return 0
         now = self.clock.now_ms()
@@ -87,7 +91,7 @@ class OutboxWriter:
                     "attempt_count": 0,
                 }
             )
-        await conn.execute(tables.outbox.insert(), rows)
+        await insert_rows(conn, tables.outbox, rows)
         return len(rows)
 
     async def add_raw(

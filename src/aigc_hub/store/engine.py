@@ -81,9 +81,10 @@ def _sqlite_engine(url: str, **kwargs: Any) -> AsyncEngine:
     kwargs.setdefault("pool_size", 1)
     kwargs.setdefault("max_overflow", 0)
     kwargs.setdefault("pool_timeout", 120)
-    # Connection.close() already rolls back an unfinished transaction; a pool reset would
-    # cost one more thread hop per checkout.
-    kwargs.setdefault("pool_reset_on_return", None)
+    # Reset on return: a COMMIT that fails (a deferred constraint) leaves SQLite's
+    # transaction open, and the next user of the one writer connection would find it begun.
+    # Statements run inline (no thread hop), so the reset costs microseconds.
+    kwargs.setdefault("pool_reset_on_return", "rollback")
     engine = create_async_engine(url, **kwargs)
     _configure_sqlite(engine)
     reads = create_async_engine(
