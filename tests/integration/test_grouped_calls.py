@@ -245,3 +245,32 @@ async def test_a_hubs_service_calls_share_commits_and_their_events_are_handled_o
         await run
         assert hub.grouped.groups < 12
         assert sorted(n for _, _, _, n in await fx.effect_rows(hub.engine)) == list(range(12))
+
+
+async def test_a_failing_call_runs_once_and_the_others_of_its_group_at_most_twice(
+    table: AsyncEngine,
+) -> None:
+    calls = GroupedCalls(table)
+    runs: list[str] = []
+
+    def counted(row_id: str, *, fail: bool = False):  # type: ignore[no-untyped-def]
+        inner = insert(row_id, fail=fail)
+
+        async def work(conn: AsyncConnection) -> str:
+            runs.append(row_id)
+            return str(await inner(conn))
+
+        return work
+
+    alone = await asyncio.gather(calls.run(counted("solo", fail=True)), return_exceptions=True)
+    assert isinstance(alone[0], ValueError) and runs == ["solo"]
+
+    runs.clear()
+    await asyncio.gather(
+        calls.run(counted("a")),
+        calls.run(counted("b", fail=True)),
+        calls.run(counted("c")),
+        return_exceptions=True,
+    )
+    assert runs.count("b") == 1 and runs.count("a") == 2 and runs.count("c") == 1
+    assert set(await stored(table)) == {"a", "c"}

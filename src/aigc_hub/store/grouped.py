@@ -4,9 +4,10 @@ A service call that only touches the database (its rows and their outbox rows; n
 call, no file, nothing outside the transaction) can run through :class:`GroupedCalls`. Calls
 that arrive while a group is running wait for the next group; each group runs every call in
 ONE transaction. First optimistically, with no savepoints; when a call raises, the group is
-rolled back and run again with each call inside its own SAVEPOINT, so only the failing call
-rolls back and gets its exception while the others commit. A call therefore may run twice:
-its work must be a function of the connection alone.
+rolled back, the failing call gets its exception (it ran after the calls before it, as in any
+order of the group), and the other calls run again, each inside its own SAVEPOINT, so only a
+call that fails rolls back. A call therefore may run twice: its work must be a function of
+the connection alone.
 
 Rows a call inserts through :func:`insert_rows` (the outbox writer does) are collected during
 the optimistic run and inserted at its end, one statement per table for the whole group; a
@@ -64,7 +65,12 @@ async def insert_rows(conn: AsyncConnection, table: sa.Table, rows: list[dict[st
 
 
 class _CallFailed(Exception):
-    """A call raised during the optimistic run: the group is redone with savepoints."""
+    """The optimistic run failed: in call ``index``, or (``None``) inserting the staged rows."""
+
+    def __init__(self, index: int | None, error: Exception) -> None:
+        super().__init__(index, error)
+        self.index = index
+        self.error = error
 
 
 @dataclass
@@ -120,18 +126,24 @@ class GroupedCalls:
             self._running -= 1
 
     async def _commit(self, batch: list[_Call]) -> None:
-        results: list[tuple[bool, Any]] = []
+        results: dict[int, tuple[bool, Any]] = {}
         try:
             try:
                 async with self.engine.begin() as conn:
-                    results = await _run_all(conn, batch, isolate=False)
-            except _CallFailed:
-                async with self.engine.begin() as conn:
-                    results = await _run_all(conn, batch, isolate=True)
+                    results = dict(enumerate(await _run_optimistic(conn, batch)))
+            except _CallFailed as failed:
+                # The failing call's error is its answer: it ran once, after the calls before
+                # it, as it would in a redo. The others run again, each in its own savepoint.
+                results = {} if failed.index is None else {failed.index: (False, failed.error)}
+                rest = [i for i in range(len(batch)) if i not in results]
+                if rest:
+                    async with self.engine.begin() as conn:
+                        for i in rest:
+                            results[i] = await _run_isolated(conn, batch[i])
         except Exception as exc:
             # BEGIN or COMMIT failed: no call of the group was written.
             log.warning("grouped commit of %d service calls failed: %r", len(batch), exc)
-            results = [(False, exc)] * len(batch)
+            results = {i: (False, exc) for i in range(len(batch))}
         except BaseException as exc:
             # A crash (a failpoint's) or a cancellation ends the group unwritten, as the
             # process's end would; its callers see it. A crash leaves the runner serving.
@@ -148,9 +160,10 @@ class GroupedCalls:
             return
         self.groups += 1
         metrics.GROUPED_CALLS.observe(len(batch))
-        if self.after_commit is not None and any(ok for ok, _ in results):
+        if self.after_commit is not None and any(ok for ok, _ in results.values()):
             self.after_commit()
-        for call, (ok, value) in zip(batch, results, strict=True):
+        for i, call in enumerate(batch):
+            ok, value = results[i]
             if call.future.done():
                 continue
             if ok:
@@ -159,19 +172,12 @@ class GroupedCalls:
                 call.future.set_exception(value)
 
 
-async def _run_all(
-    conn: AsyncConnection, batch: list[_Call], *, isolate: bool
-) -> list[tuple[bool, Any]]:
-    if not isolate:
-        return await _run_optimistic(conn, batch)
-    results: list[tuple[bool, Any]] = []
-    for call in batch:
-        try:
-            async with conn.begin_nested():
-                results.append((True, await call.work(conn)))
-        except Exception as exc:  # this call's own failure; the others go on
-            results.append((False, exc))
-    return results
+async def _run_isolated(conn: AsyncConnection, call: _Call) -> tuple[bool, Any]:
+    try:
+        async with conn.begin_nested():
+            return True, await call.work(conn)
+    except Exception as exc:  # this call's own failure; the others go on
+        return False, exc
 
 
 async def _run_optimistic(conn: AsyncConnection, batch: list[_Call]) -> list[tuple[bool, Any]]:
@@ -180,16 +186,16 @@ async def _run_optimistic(conn: AsyncConnection, batch: list[_Call]) -> list[tup
     conn.info[_STAGED] = staged
     try:
         results: list[tuple[bool, Any]] = []
-        for call in batch:
+        for i, call in enumerate(batch):
             try:
                 results.append((True, await call.work(conn)))
             except Exception as exc:
-                raise _CallFailed from exc
+                raise _CallFailed(i, exc) from exc
     finally:
         del conn.info[_STAGED]
     try:
         for table, rows in staged.items():
             await insert_rows(conn, table, rows)
     except Exception as exc:  # e.g. a duplicate key: the isolated run finds whose
-        raise _CallFailed from exc
+        raise _CallFailed(None, exc) from exc
     return results

@@ -251,37 +251,42 @@ async def create_task(
         tenant_id=tenant_id,
         correlation_id=task_id,
     )
+
+    async def write(conn: AsyncConnection) -> dict[str, Any]:
+        if body.reference_asset_ids:
+            # Checked where the task is written: an asset deleted a moment earlier fails.
+            await assets.check_reference_assets(conn, tenant_id, body.reference_asset_ids)
+        # Parameters at execute time: the compiled INSERT is cached (hot path of the API).
+        await conn.execute(generation_tasks.insert(), row)
+        await _record_review(conn, review, tenant_id, task_id, now)
+        await ledger.reserve(
+            conn, tenant_id=tenant_id, task_id=task_id, amount=cost, now_ms=now, user_id=user_id
+        )
+        await conn.execute(
+            task_events.insert(),
+            {
+                "task_id": task_id,
+                "tenant_id": tenant_id,
+                "from_status": None,
+                "to_status": TaskStatus.QUEUED.value,
+                "status_version": 0,
+                "cause": "api.create",
+                "cause_id": queued.event_id,
+                "detail": {"estimated_cost": cost, "model": body.model},
+                "at": now,
+            },
+        )
+        note = records.status_notification(row, TaskStatus.QUEUED, 0, now)
+        await hub.outbox.add(conn, [queued, note])
+        created = snapshot(row, attempts=0)
+        if before_commit is not None:
+            await before_commit(conn, created)
+            hub.failpoints.hit(AFTER_HOOK)
+        return created
+
     try:
-        async with hub.transaction() as conn:
-            if body.reference_asset_ids:
-                # Checked where the task is written: an asset deleted a moment earlier fails.
-                await assets.check_reference_assets(conn, tenant_id, body.reference_asset_ids)
-            # Parameters at execute time: the compiled INSERT is cached (hot path of the API).
-            await conn.execute(generation_tasks.insert(), row)
-            await _record_review(conn, review, tenant_id, task_id, now)
-            await ledger.reserve(
-                conn, tenant_id=tenant_id, task_id=task_id, amount=cost, now_ms=now, user_id=user_id
-            )
-            await conn.execute(
-                task_events.insert(),
-                {
-                    "task_id": task_id,
-                    "tenant_id": tenant_id,
-                    "from_status": None,
-                    "to_status": TaskStatus.QUEUED.value,
-                    "status_version": 0,
-                    "cause": "api.create",
-                    "cause_id": queued.event_id,
-                    "detail": {"estimated_cost": cost, "model": body.model},
-                    "at": now,
-                },
-            )
-            note = records.status_notification(row, TaskStatus.QUEUED, 0, now)
-            await hub.outbox.add(conn, [queued, note])
-            created = snapshot(row, attempts=0)
-            if before_commit is not None:
-                await before_commit(conn, created)
-                hub.failpoints.hit(AFTER_HOOK)
+        # Database work only: creates arriving together share one commit (service_call).
+        created = await hub.service_call(write)
     except InvalidRequest:
         raise
     except errors.InvalidInput as exc:  # a reference asset not usable: nothing was written
