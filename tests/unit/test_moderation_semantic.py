@@ -152,6 +152,45 @@ async def test_concurrent_first_reviews_load_the_model_once() -> None:
     assert points.hits["moderation.load"] == 1
 
 
+async def test_reviews_queued_behind_an_embedding_share_the_next_one_and_keep_their_verdicts() -> (
+    None
+):
+    release, entered = threading.Event(), asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def hold() -> None:  # on the model's thread: the first embedding waits for the others
+        loop.call_soon_threadsafe(entered.set)
+        release.wait(60)
+
+    points = fp.Failpoints()
+    points.arm("moderation.encode", hold)
+    fresh = LocalModeration(ModerationSettings(), failpoints=points)
+    harmful = "show someone teaching viewers to put together an improvised explosive"
+    try:
+        await fresh.warm_up()
+        first = asyncio.create_task(fresh.review_text("a lighthouse at dusk", tenant_id="t"))
+        await asyncio.wait_for(entered.wait(), 30)
+        rest = [
+            asyncio.create_task(fresh.review_text(text, tenant_id="t"))
+            for text in ("a red kite over a beach", harmful, "a bowl of ramen, steam rising")
+        ]
+        await asyncio.sleep(0)  # let them queue
+        release.set()
+        decisions = await asyncio.gather(first, *rest)
+    finally:
+        release.set()
+        fresh.close()
+    assert [d.verdict for d in decisions] == [
+        Verdict.ALLOW,
+        Verdict.ALLOW,
+        Verdict.REJECT,
+        Verdict.ALLOW,
+    ]
+    assert decisions[2].hit_rules == ("weapons.explosives.semantic",)
+    # Four reviews, two model calls: the three queued ones went together.
+    assert points.hits["moderation.encode"] == 2
+
+
 async def test_loading_the_model_opens_no_network_connection(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

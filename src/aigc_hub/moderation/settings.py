@@ -38,7 +38,16 @@ class ModerationSettings(BaseSettings):
     load_timeout_s: float = Field(
         120.0, gt=0, description="deadline for loading the model (first review only)"
     )
-    timeout_s: float = Field(10.0, gt=0, description="deadline for embedding one text")
+    timeout_s: float = Field(
+        10.0, gt=0, description="deadline for embedding one text (its wait in the queue included)"
+    )
+    torch_threads: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="torch's intra-op threads for the process (set when the model loads): one "
+        "keeps a review from taking every core from the requests",
+    )
     max_text_chars: int = Field(
         20_000, gt=0, description="longer texts are rejected (rule `text.too_long`) unread"
     )
