@@ -238,8 +238,11 @@ async def read_outcome(url: str, probe_ids: list[str]) -> dict[str, object]:
     }
 
 
-def hub_env(backend: Backends, workdir: Path, provider_port: int, api_port: int) -> dict[str, str]:
-    """The hub's environment: generation on the instant provider, slots and logs quiet."""
+def hub_env(
+    backend: Backends, workdir: Path, provider_port: int, api_port: int, args: argparse.Namespace
+) -> dict[str, str]:
+    """The hub's environment: generation on the instant provider, slots and logs quiet, and
+    the media stage as the arguments say."""
     return loopback.subprocess_env(
         {
             "AIGC_HUB_DATA_DIR": str(workdir),
@@ -255,6 +258,8 @@ def hub_env(backend: Backends, workdir: Path, provider_port: int, api_port: int)
             "AIGC_HUB_GEN_SLOTS_TENANT": FREE_SLOTS,
             "AIGC_HUB_GEN_SLOTS_PROVIDER": FREE_SLOTS,
             "AIGC_HUB_GEN_SLOTS_MODEL": FREE_SLOTS,
+            "AIGC_HUB_GEN_MEDIA_PROFILES": args.media_profiles,
+            "AIGC_HUB_GEN_OUTPUT_REVIEW": "true" if args.output_review else "false",
             **backend.env,
         }
     )
@@ -351,13 +356,15 @@ def main(args: argparse.Namespace) -> None:
     with backends(args, workdir) as backend:
         migrate.upgrade(backend.database_url)
         ports = Ports(loopback.free_port(), loopback.free_port())
-        env = hub_env(backend, workdir, ports.provider, ports.api)
+        env = hub_env(backend, workdir, ports.provider, ports.api, args)
         tenants = [loopback.create_tenant(f"gen-{i}", env) for i in range(args.tenants)]
         asyncio.run(loopback.grant(backend.database_url, [t for t, _ in tenants], 10**12))
         print(
             f"profile {args.profile}: {backend.name}; {args.tasks} tasks from {args.tenants} "
             f"tenants; hub = API + relay + all consumer groups + scanners in one process; "
-            f"provider = instant render, separate process"
+            f"provider = instant render, separate process; media variants "
+            f"{args.media_profiles or 'none'}, output review "
+            f"{'on' if args.output_review else 'off'}"
         )
         print(f"before:     {loopback.machine_load()}")
         seen, outcome, cpu = run_stack(args, backend, env, ports, [k for _, k in tenants])
@@ -386,6 +393,18 @@ def parse() -> argparse.Namespace:
         "(default postgresql://postgres@127.0.0.1:5432/test) that gets a scratch database",
     )
     ap.add_argument("--probe", type=int, default=20, help="tasks one at a time, after")
+    ap.add_argument(
+        "--media-profiles",
+        default="poster",
+        help="variants each output gets before SUCCEEDED (the hub's default is the whole set: "
+        "proxy,hls,poster,thumbnails,waveform, measured by bench/media.py); default poster, "
+        "the cheapest, so the figures are the control plane's",
+    )
+    ap.add_argument(
+        "--output-review",
+        action="store_true",
+        help="also review frames of every output (off by default, like --media-profiles)",
+    )
     ap.add_argument(
         "--profile-hub",
         type=Path,

@@ -128,6 +128,7 @@ class SemanticMatcher:
         # Texts waiting for the next embedding, with the futures of their reviews.
         self._queued: list[tuple[list[str], asyncio.Future[list[float]]]] = []
         self._embedding = False
+        self._embedder: asyncio.Task[None] | None = None
         self._model_dir = model_dir
         self._load_timeout_s = load_timeout_s
         self._timeout_s = timeout_s
@@ -174,11 +175,17 @@ class SemanticMatcher:
     async def _queued_scores(self, loaded: _Loaded, texts: list[str]) -> list[float]:
         """This review's scores, from the next embedding call (shared with the reviews queued
         beside it); the deadline covers the wait in the queue."""
-        mine: asyncio.Future[list[float]] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        if self._embedder is not None and self._embedder.get_loop() is not loop:
+            # The matcher outlived the loop it last ran on (a process may run several loops
+            # one after another): what queued there has no listener left.
+            self._queued, self._embedding, self._embedder = [], False, None
+        mine: asyncio.Future[list[float]] = loop.create_future()
         self._queued.append((texts, mine))
         if not self._embedding:
             self._embedding = True
-            asyncio.get_running_loop().create_task(self._embed_queued(loaded))
+            # Held here: the loop keeps only a weak reference to a task.
+            self._embedder = loop.create_task(self._embed_queued(loaded))
         try:
             # On a timeout (or the caller's cancellation) ``mine`` is cancelled: the embedding
             # loop skips it.

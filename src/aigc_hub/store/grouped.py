@@ -98,6 +98,8 @@ class GroupedCalls:
         self.after_commit = after_commit
         self._pending: list[_Call] = []
         self._running = 0
+        # The loop keeps only weak references to tasks: the runners are held here.
+        self._runners: set[asyncio.Task[None]] = set()
         self.groups = 0
 
     async def run(self, work: Work[T]) -> T:
@@ -112,7 +114,9 @@ class GroupedCalls:
             # The runner takes the batch when it starts, one loop turn later: the callers
             # ready in this turn join it.
             self._running += 1
-            asyncio.get_running_loop().create_task(self._runner(), name="grouped-calls")
+            runner = asyncio.get_running_loop().create_task(self._runner(), name="grouped-calls")
+            self._runners.add(runner)
+            runner.add_done_callback(self._runners.discard)
         return await future
 
     async def _runner(self) -> None:
