@@ -42,9 +42,14 @@ echo done
 """
 
 
+@pytest.mark.parametrize("limit_by", ["prlimit", "preexec"])
 async def test_the_tool_gets_literal_arguments_a_bare_environment_and_its_limits(
-    stand_in: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    stand_in: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit_by: str
 ) -> None:
+    if limit_by == "prlimit":
+        assert sandbox.PRLIMIT is not None, "util-linux's prlimit is part of every Debian"
+    else:  # a host without prlimit: the limit is set in the forked child
+        monkeypatch.setattr(sandbox, "PRLIMIT", None)
     write(stand_in, REPORT)
     for proxy in ("http_proxy", "HTTPS_PROXY", "all_proxy", "no_proxy"):
         monkeypatch.setenv(proxy, "http://127.0.0.1:9")
