@@ -127,7 +127,7 @@ class SemanticMatcher:
         self._max_batch = max_batch
         # Texts waiting for the next embedding, with the futures of their reviews.
         self._queued: list[tuple[list[str], asyncio.Future[list[float]]]] = []
-        self._embedding = False
+        # The task embedding the queue; held here, as the loop keeps only a weak reference.
         self._embedder: asyncio.Task[None] | None = None
         self._model_dir = model_dir
         self._load_timeout_s = load_timeout_s
@@ -179,12 +179,10 @@ class SemanticMatcher:
         if self._embedder is not None and self._embedder.get_loop() is not loop:
             # The matcher outlived the loop it last ran on (a process may run several loops
             # one after another): what queued there has no listener left.
-            self._queued, self._embedding, self._embedder = [], False, None
+            self._queued, self._embedder = [], None
         mine: asyncio.Future[list[float]] = loop.create_future()
         self._queued.append((texts, mine))
-        if not self._embedding:
-            self._embedding = True
-            # Held here: the loop keeps only a weak reference to a task.
+        if self._embedder is None or self._embedder.done():
             self._embedder = loop.create_task(self._embed_queued(loaded))
         try:
             # On a timeout (or the caller's cancellation) ``mine`` is cancelled: the embedding
@@ -199,35 +197,34 @@ class SemanticMatcher:
 
     async def _embed_queued(self, loaded: _Loaded) -> None:
         """Embed what is queued, a batch at a time, until the queue is empty."""
-        try:
-            while self._queued:
-                batch: list[tuple[list[str], asyncio.Future[list[float]]]] = []
-                taken = 0
-                while self._queued and (
-                    not batch or taken + len(self._queued[0][0]) <= self._max_batch
-                ):
-                    texts, future = self._queued.pop(0)
-                    batch.append((texts, future))
-                    taken += len(texts)
-                live = [(t, f) for t, f in batch if not f.done()]
-                if not live:
-                    continue
-                try:
-                    scores = await _wait(
-                        self._submit(self._score, loaded, [t for t, _ in live]),
-                        self._load_timeout_s,
-                        "embedding",
-                    )
-                except Exception as exc:
-                    for _, future in live:
-                        if not future.done():
-                            future.set_exception(exc)
-                    continue
-                for (_, future), each in zip(live, scores, strict=True):
+        while self._queued:
+            batch: list[tuple[list[str], asyncio.Future[list[float]]]] = []
+            taken = 0
+            while self._queued and (
+                not batch or taken + len(self._queued[0][0]) <= self._max_batch
+            ):
+                texts, future = self._queued.pop(0)
+                batch.append((texts, future))
+                taken += len(texts)
+            live = [(t, f) for t, f in batch if not f.done()]
+            if not live:
+                continue
+            try:
+                # Each review's own deadline runs in _queued_scores; this one only frees the
+                # queue from a model call that hangs.
+                scores = await _wait(
+                    self._submit(self._score, loaded, [t for t, _ in live]),
+                    self._load_timeout_s,
+                    "embedding",
+                )
+            except Exception as exc:
+                for _, future in live:
                     if not future.done():
-                        future.set_result(each)
-        finally:
-            self._embedding = False
+                        future.set_exception(exc)
+                continue
+            for (_, future), each in zip(live, scores, strict=True):
+                if not future.done():
+                    future.set_result(each)
 
     def _submit(self, fn: Callable[..., T], *args: object) -> concurrent.futures.Future[T]:
         try:
