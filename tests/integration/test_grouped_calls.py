@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from aigc_hub.core.failpoints import Crash
 from aigc_hub.messaging.memory import MemoryBroker
-from aigc_hub.store.grouped import GroupedCalls, insert_rows
+from aigc_hub.store.grouped import GroupedCalls, Work, insert_rows
 from tests.support import effects as fx
 from tests.support.hubs import hub_for, wait_until
 
@@ -58,7 +58,7 @@ def commits(table: AsyncEngine) -> Iterator[list[int]]:
     sa.event.remove(table.sync_engine, "commit", on_commit)
 
 
-def insert(row_id: str, body: str = "x", *, fail: bool = False):  # type: ignore[no-untyped-def]
+def insert(row_id: str, body: str = "x", *, fail: bool = False) -> Work[str]:
     async def work(conn: AsyncConnection) -> str:
         await conn.execute(notes.insert(), {"id": row_id, "body": body})
         if fail:
@@ -174,7 +174,7 @@ async def test_a_crash_inside_a_call_ends_its_group_unwritten_and_the_runner_goe
     assert set(await stored(table)) == {"b"}
 
 
-def staged(row_id: str):  # type: ignore[no-untyped-def]
+def staged(row_id: str) -> Work[None]:
     async def work(conn: AsyncConnection) -> None:
         await insert_rows(conn, notes, [{"id": row_id, "body": "staged"}])
 
@@ -226,7 +226,7 @@ async def test_a_hubs_service_calls_share_commits_and_their_events_are_handled_o
         stop = asyncio.Event()
         run = asyncio.create_task(hub.run(stop))
 
-        def call(n: int):  # type: ignore[no-untyped-def]
+        def call(n: int) -> Work[int]:
             async def work(conn: AsyncConnection) -> int:
                 await hub.outbox.add(conn, [fx.request(f"k{n}", n)])
                 return n
@@ -253,12 +253,12 @@ async def test_a_failing_call_runs_once_and_the_others_of_its_group_at_most_twic
     calls = GroupedCalls(table)
     runs: list[str] = []
 
-    def counted(row_id: str, *, fail: bool = False):  # type: ignore[no-untyped-def]
+    def counted(row_id: str, *, fail: bool = False) -> Work[str]:
         inner = insert(row_id, fail=fail)
 
         async def work(conn: AsyncConnection) -> str:
             runs.append(row_id)
-            return str(await inner(conn))
+            return await inner(conn)
 
         return work
 
