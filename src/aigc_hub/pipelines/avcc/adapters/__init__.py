@@ -1,0 +1,1 @@
+"""Clients of the outside systems avcc calls: the chains a work is notarized on."""
