@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Final
 
 import pydantic
+
+#: The success code c2pa reports when the signer chains to a configured trust anchor.
+TRUSTED_CODE: Final = "signingCredential.trusted"
 
 
 @dataclass(frozen=True)
@@ -41,8 +45,8 @@ class ActiveManifest:
     label: str
     assertions: Mapping[str, pydantic.JsonValue]  # label -> data, first of each label
     failures: tuple[ValidationStatus, ...]
-    validation_state: str | None  # c2pa's summary: "Invalid", "Valid" or "Trusted"
     signer: SignerCertificate | None
+    signer_trusted: bool  # c2pa found the signer's chain ends in a trust anchor
 
 
 class _View(pydantic.BaseModel):
@@ -56,6 +60,7 @@ class _Status(_View):
 
 
 class _StatusCodes(_View):
+    success: list[_Status] = []
     failure: list[_Status] = []
 
 
@@ -76,7 +81,6 @@ class _Store(_View):
     active_manifest: str
     manifests: dict[str, _Manifest]
     validation_results: _Results | None = None
-    validation_state: str | None = None
 
 
 class _CertificateInfo(_View):
@@ -122,11 +126,11 @@ def parse(store_json: str, crjson: str) -> ActiveManifest:
     for assertion in manifest.assertions:
         assertions.setdefault(assertion.label, assertion.data)
     results = store.validation_results
-    failures = results.active_manifest.failure if results and results.active_manifest else []
+    codes = results.active_manifest if results and results.active_manifest else _StatusCodes()
     return ActiveManifest(
         label=store.active_manifest,
         assertions=assertions,
-        failures=tuple(ValidationStatus(s.code, s.url, s.explanation) for s in failures),
-        validation_state=store.validation_state,
+        failures=tuple(ValidationStatus(s.code, s.url, s.explanation) for s in codes.failure),
         signer=_signer(crjson, store.active_manifest),
+        signer_trusted=any(s.code == TRUSTED_CODE for s in codes.success),
     )

@@ -181,8 +181,8 @@ def embed(src: Path, dst: Path, mime: str, claim: CodeClaim, signer: PlatformSig
     Synchronous (file I/O and signing): run it in a worker thread. ``src`` must be the work
     ``claim.content_hash`` names (``InvalidInput`` otherwise), so a code never lands on the
     wrong work. c2pa verifies what it wrote before returning; credentials it rejects raise
-    ``ConfigurationError``, a file it cannot parse :class:`UnreadableMedia`. ``dst`` is
-    overwritten; after a failure its content is undefined.
+    ``ConfigurationError``, a file it cannot parse :class:`UnreadableMedia`; either way
+    no ``dst`` is left behind. An existing ``dst`` is overwritten.
     """
     _check_mime(mime)
     with src.open("rb") as source:
@@ -190,22 +190,24 @@ def embed(src: Path, dst: Path, mime: str, claim: CodeClaim, signer: PlatformSig
     if digest != claim.content_hash:
         raise InvalidInput("content_hash", f"{src.name} hashes to {digest}, not the claim's")
     # Trust is read()'s question; signing needs no anchors, only c2pa's profile checks.
-    context = c2pa.Context.from_dict(_settings(verify_trust=False))
-    builder = c2pa.Builder(manifest_definition(claim), context=context)
-    native = signer.native()
+    settings = _settings(verify_trust=False)
     try:
-        with src.open("rb") as source, dst.open("w+b") as target:
+        with (
+            signer.native() as native,
+            c2pa.Context.from_dict(settings) as context,
+            c2pa.Builder(manifest_definition(claim), context=context) as builder,
+            src.open("rb") as source,
+            dst.open("w+b") as target,
+        ):
             builder.sign(native, mime, source, target)
     except (c2pa.C2paError.Signature, c2pa.C2paError.Verify) as exc:
         # Signature: the certificate fails C2PA's profile; Verify: what was signed fails
         # c2pa's own check. Neither is the work's fault: the credentials need fixing.
+        dst.unlink(missing_ok=True)
         raise ConfigurationError(f"C2PA signing rejected: {exc}") from exc
     except c2pa.C2paError as exc:
+        dst.unlink(missing_ok=True)
         raise UnreadableMedia(src, mime, str(exc)) from exc
-    finally:
-        native.close()
-        builder.close()
-        context.close()
 
 
 class Problem(Enum):
@@ -229,7 +231,7 @@ class ManifestReport:
     problem: Problem | None = None
     reason: str = ""
     failures: tuple[ValidationStatus, ...] = ()
-    trusted: bool | None = None  # None: no trust anchors given, trust not evaluated
+    trusted: bool | None = None  # the signer chains to an anchor; None: no anchors given
     signer: SignerCertificate | None = None
     manifest_label: str | None = None
 
@@ -245,22 +247,16 @@ def read(path: Path, mime: str, trust_anchors_pem: bytes | None) -> ManifestRepo
     _check_mime(mime)
     # Without anchors there is nothing to chain to: c2pa would call every signer untrusted.
     trusting = trust_anchors_pem is not None
-    context = c2pa.Context.from_dict(
-        _settings(verify_trust=trusting, trust_anchors_pem=trust_anchors_pem)
-    )
+    settings = _settings(verify_trust=trusting, trust_anchors_pem=trust_anchors_pem)
     try:
-        with path.open("rb") as stream:
+        with c2pa.Context.from_dict(settings) as context, path.open("rb") as stream:
             reader = c2pa.Reader.try_create(mime, stream, None, context)
             if reader is None:
                 return ManifestReport(False, problem=Problem.NO_MANIFEST, reason="no C2PA manifest")
-            try:
+            with reader:
                 store = manifest_store.parse(reader.json(), reader.crjson())
-            finally:
-                reader.close()
     except c2pa.C2paError as exc:
         raise UnreadableMedia(path, mime, str(exc)) from exc
-    finally:
-        context.close()
     return _report(store, trusting=trusting)
 
 
@@ -269,7 +265,7 @@ def _report(manifest: manifest_store.ActiveManifest, *, trusting: bool) -> Manif
     found = functools.partial(
         ManifestReport,
         failures=manifest.failures,
-        trusted=manifest.validation_state == "Trusted" if trusting else None,
+        trusted=manifest.signer_trusted if trusting else None,
         signer=manifest.signer,
         manifest_label=manifest.label,
     )
