@@ -24,7 +24,7 @@ from aigc_hub.pipelines.avcc.provenance import (
     UnsupportedMedia,
 )
 from tests.integration.media_clips import make_clip
-from tests.support.c2pa_ca import TestCA, make_ca
+from tests.support.c2pa_ca import PlatformCA, make_ca
 
 MediaMaker = Callable[[Path], Path]
 
@@ -70,12 +70,12 @@ def claim_for(path: Path) -> CodeClaim:
 
 
 @pytest.fixture
-def ca(tmp_path: Path) -> TestCA:
+def ca(tmp_path: Path) -> PlatformCA:
     return make_ca(tmp_path / "ca")
 
 
 @pytest.fixture
-def signer(ca: TestCA) -> PlatformSigner:
+def signer(ca: PlatformCA) -> PlatformSigner:
     return PlatformSigner.from_files(ca.chain_path, ca.key_path)
 
 
@@ -123,7 +123,7 @@ def mp4_mdat_byte(data: bytes) -> int:
 
 @pytest.mark.parametrize(("make", "mime"), MEDIA)
 def test_embedded_claim_reads_back_exactly_trusted_and_signed_by_the_test_leaf(
-    make: MediaMaker, mime: str, tmp_path: Path, ca: TestCA, signer: PlatformSigner
+    make: MediaMaker, mime: str, tmp_path: Path, ca: PlatformCA, signer: PlatformSigner
 ) -> None:
     dst, claim = signed(make, mime, tmp_path, signer)
 
@@ -188,7 +188,7 @@ def test_a_byte_changed_in_the_media_data_is_a_hash_mismatch(
     media_byte: Callable[[bytes], int],
     code: str,
     tmp_path: Path,
-    ca: TestCA,
+    ca: PlatformCA,
     signer: PlatformSigner,
 ) -> None:
     dst, claim = signed(make, mime, tmp_path, signer)
@@ -205,7 +205,7 @@ def test_a_byte_changed_in_the_media_data_is_a_hash_mismatch(
 
 
 def test_a_work_signed_by_another_ca_is_untrusted_with_the_reason(
-    tmp_path: Path, ca: TestCA
+    tmp_path: Path, ca: PlatformCA
 ) -> None:
     other = make_ca(tmp_path / "other", org="Someone Else")
     dst, _ = signed(
@@ -328,7 +328,7 @@ def test_a_file_that_is_not_its_media_type_is_unreadable(
         provenance.read(junk, "image/jpeg", None)
 
 
-def test_signer_refuses_credentials_that_cannot_work(tmp_path: Path, ca: TestCA) -> None:
+def test_signer_refuses_credentials_that_cannot_work(tmp_path: Path, ca: PlatformCA) -> None:
     other = make_ca(tmp_path / "other")
 
     with pytest.raises(ConfigurationError, match="not the first certificate's key"):

@@ -10,12 +10,13 @@ truly needs it, and keep each name's home module the owner.
 
 from __future__ import annotations
 
-from aigc_hub.interfaces.http.auth import hub_of, not_found, state_of
+from aigc_hub.interfaces.http.auth import AdminPrincipal, hub_of, not_found, state_of
 from aigc_hub.interfaces.http.idempotency import FoldedIdempotency, Idempotency, IdempotentRoute
 from aigc_hub.interfaces.http.limits import LimitedTenant, admit
 from aigc_hub.interfaces.http.problems import Problem
 
 __all__ = [
+    "AdminPrincipal",
     "FoldedIdempotency",
     "Idempotency",
     "IdempotentRoute",

@@ -1,0 +1,127 @@
+"""avcc's topics (seed 000 §9.1) and its event payloads (§9.2).
+
+Every event on ``topic.avcc.*``, ``topic.review.*`` and ``topic.chain.*`` is keyed by
+``avcc_record_id`` (§9.3.2): one work's events share a partition and are handled in order.
+The seed's envelope (``event_id``, ``timestamp``, ``source``, ``payload``) is the backbone's
+:class:`~aigc_hub.core.envelope.Envelope`, whose ``source`` names the seed's services
+(``code-svc``, ``review-svc``, ``chain-svc``). ``topic.system.retry`` and ``topic.system.dlq``
+are the backbone's (delayed redelivery and dead letters of every pipeline).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pydantic
+
+from aigc_hub.messaging.catalog import DAY_MS, TopicSpec
+from aigc_hub.pipeline import PipelineBase
+
+APPLY_TOPIC = "topic.avcc.apply.created"
+REVIEW_TOPIC = "topic.review.task.finished"
+PENDING_TOPIC = "topic.chain.tx.pending"
+CONFIRMED_TOPIC = "topic.chain.tx.confirmed"
+#: Ours (the seed has no topic for it): an issued code to embed into the work as C2PA.
+ISSUED_TOPIC = "topic.avcc.code.issued"
+
+APPLY_CREATED = "avcc.apply.created"
+REVIEW_FINISHED = "review.task.finished"
+TX_PENDING = "chain.tx.pending"
+TX_CONFIRMED = "chain.tx.confirmed"
+CODE_ISSUED = "avcc.code.issued"
+
+CODE_SVC, REVIEW_SVC, CHAIN_SVC = "code-svc", "review-svc", "chain-svc"
+
+TOPICS = (
+    TopicSpec(APPLY_TOPIC, 6, 7 * DAY_MS, pipeline="avcc", note="seed 000 §9.1"),
+    TopicSpec(REVIEW_TOPIC, 12, 7 * DAY_MS, pipeline="avcc", note="seed 000 §9.1"),
+    TopicSpec(PENDING_TOPIC, 6, 7 * DAY_MS, pipeline="avcc", note="seed 000 §9.1"),
+    TopicSpec(CONFIRMED_TOPIC, 6, 30 * DAY_MS, pipeline="avcc", note="seed 000 §9.1"),
+    TopicSpec(
+        ISSUED_TOPIC,
+        6,
+        7 * DAY_MS,
+        pipeline="avcc",
+        note="not in the seed: issued codes to embed as C2PA; like the seed's avcc topics",
+    ),
+)
+
+
+class AiToolInfo(pydantic.BaseModel):
+    """The AI tool declaration of a work (§9.2.1 ``ai_tool_info``)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    model_name: str = pydantic.Field(min_length=1, max_length=200)
+    model_version: str = pydantic.Field(min_length=1, max_length=100)
+
+
+class ApplyCreated(pydantic.BaseModel):
+    """§9.2.1: an application passed its precheck; review it."""
+
+    request_id: str
+    avcc_record_id: int
+    content_url: str
+    content_hash: str
+    ai_tool_info: AiToolInfo
+    priority: int
+
+
+Decision = Literal["approved", "rejected", "need_human"]
+Level = Literal["P", "G", "O"]
+
+
+class ReviewFinished(pydantic.BaseModel):
+    """§9.2.2: the review (AI or human) reached a decision."""
+
+    request_id: str
+    avcc_record_id: int
+    review_report_id: int
+    decision: Decision
+    final_level: Level | None
+    overall_score: float
+    report_hash: str
+
+
+ChainType = Literal["copyright_main", "settlement"]
+
+
+class TxPending(pydantic.BaseModel):
+    """A work to notarize (the seed's "准备上链" event; its fields are ours, §9.1 names it)."""
+
+    avcc_record_id: int
+    chain_type: ChainType
+    final_level: Level
+    #: The statement notarized, as canonical JSON (see ``statements.py``).
+    statement: str
+
+
+class TxConfirmed(pydantic.BaseModel):
+    """§9.2.3: the chain confirmed the work's notarization; ``proof`` is ours (the receipt
+    anyone can check offline)."""
+
+    avcc_record_id: int
+    chain_type: ChainType
+    tx_hash: str
+    block_height: int
+    status: Literal["success", "failed"]
+    crd_address: str
+    proof: dict[str, object] = pydantic.Field(default_factory=dict)
+
+
+class CodeIssued(pydantic.BaseModel):
+    """The code was issued: embed it (with the level and the proof) into the work."""
+
+    avcc_record_id: int
+    avcc_code: str
+
+
+def register(pipeline: PipelineBase) -> None:
+    """Declare the topics and the event payloads with the topic each is routed to."""
+    for spec in TOPICS:
+        pipeline.topic(spec)
+    pipeline.event(APPLY_CREATED, topic=APPLY_TOPIC)(ApplyCreated)
+    pipeline.event(REVIEW_FINISHED, topic=REVIEW_TOPIC)(ReviewFinished)
+    pipeline.event(TX_PENDING, topic=PENDING_TOPIC)(TxPending)
+    pipeline.event(TX_CONFIRMED, topic=CONFIRMED_TOPIC)(TxConfirmed)
+    pipeline.event(CODE_ISSUED, topic=ISSUED_TOPIC)(CodeIssued)

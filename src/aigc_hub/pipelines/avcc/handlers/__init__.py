@@ -1,0 +1,1 @@
+"""avcc's consumer groups, one module each (named like the group)."""

@@ -1,0 +1,84 @@
+"""``Pipeline("avcc", state=build_state)``: seed 000's content codes. Topics, events, the
+consumer groups (the seed's services), routes and the ``aigc-hub avcc`` CLI.
+
+Consumer groups, each its own concurrency pool, each handled by its module in ``handlers/``:
+
+* ``avcc-review`` (review-svc) — ``topic.avcc.apply.created`` → the review;
+* ``avcc-code`` (code-svc) — ``topic.review.task.finished`` → to the chain;
+  ``topic.chain.tx.confirmed`` → the code;
+* ``avcc-chain`` (chain-svc) — ``topic.chain.tx.pending`` → notarization, batched;
+* ``avcc-embed`` — ``topic.avcc.code.issued`` → the C2PA manifest in the work.
+
+Failures follow the seed's §9.3.3 through the backbone: 1 s, 2 s, 4 s in the consumer, then
+``topic.system.retry``, then ``topic.system.dlq`` (re-injected from the console).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+
+from aigc_hub.pipeline import Pipeline, TimelineEntry
+from aigc_hub.store.engine import reader
+
+from . import events, http, models
+from .handlers import chain, code, embed, review
+from .settings import AvccSettings
+from .state import NAME, build_state
+
+if TYPE_CHECKING:
+    from aigc_hub.bootstrap import Hub
+
+pipeline = Pipeline(
+    NAME,
+    state=build_state,
+    settings=AvccSettings,
+    cli="aigc_hub.pipelines.avcc.cli:app",
+    models=models.__name__,
+    # Its tables' revisions are in the hub's own linear chain: no branch of its own.
+    migrations=None,
+)
+events.register(pipeline)
+pipeline.routers += [http.router, http.public_router, http.review_router]
+
+# Reviews read the work and run moderation and fingerprints: a few at a time per process.
+pipeline.handler_with_state("avcc-review", [events.APPLY_TOPIC], concurrency=4, timeout=600)(
+    review.on_apply
+)
+pipeline.handler_with_state(
+    "avcc-code", [events.REVIEW_TOPIC, events.CONFIRMED_TOPIC], concurrency=8
+)(code.on_event)
+# Many in flight: concurrent statements are what fills a chain transaction.
+pipeline.handler_with_state("avcc-chain", [events.PENDING_TOPIC], concurrency=64, timeout=120)(
+    chain.on_pending
+)
+pipeline.handler_with_state("avcc-embed", [events.ISSUED_TOPIC], concurrency=2, timeout=600)(
+    embed.on_issued
+)
+
+
+@pipeline.timeline
+async def record_timeline(hub: Hub, subject_id: str) -> list[TimelineEntry] | None:
+    """An application's moves, oldest first (the console's explorer)."""
+    if not subject_id.isdigit():
+        return None
+    async with reader(hub.engine) as conn:
+        rows = (
+            await conn.execute(
+                sa.select(models.avcc_record_events)
+                .where(models.avcc_record_events.c.record_id == int(subject_id))
+                .order_by(models.avcc_record_events.c.id)
+            )
+        ).all()
+    if not rows:
+        return None
+    return [
+        TimelineEntry(
+            at_ms=int(r.at),
+            source="transition",
+            title=f"{r.from_status or '∅'} → {r.to_status}",
+            detail={"cause": r.cause, "version": r.status_version},
+        )
+        for r in rows
+    ]
