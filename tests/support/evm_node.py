@@ -97,7 +97,7 @@ def make_dispatcher() -> Callable[[Mapping[str, Any]], dict[str, Any]]:
         if "error" in response:
             reply["error"] = dict(response["error"])
         else:
-            reply["result"] = to_json_rpc(response.get("result"))
+            reply["result"] = to_json_rpc(with_wire_transactions(response.get("result")))
         return reply
 
     return dispatch
@@ -140,6 +140,25 @@ def transaction_nonce(raw: bytes) -> int:
     if raw[0] >= 0xC0:  # an RLP list: a legacy transaction, the nonce first
         return int.from_bytes(rlp.decode(raw)[0], "big")
     return int.from_bytes(rlp.decode(raw[1:])[1], "big")  # typed: chain id, then nonce
+
+
+def with_wire_transactions(result: Any) -> Any:
+    """A block's full transactions under JSON-RPC's field names (``input``, ``blockNumber``…):
+    web3's tester middleware renames the block's own fields but not its transactions'."""
+    from web3.providers.eth_tester.middleware import (
+        transaction_result_formatter,
+        transaction_result_remapper,
+    )
+
+    if not isinstance(result, Mapping) or not isinstance(result.get("transactions"), list):
+        return result
+    transactions = [
+        transaction_result_formatter(transaction_result_remapper(tx))
+        if isinstance(tx, Mapping)
+        else tx
+        for tx in result["transactions"]
+    ]
+    return {**result, "transactions": transactions}
 
 
 def make_server(port: int) -> ThreadingHTTPServer:
