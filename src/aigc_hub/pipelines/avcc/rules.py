@@ -27,7 +27,7 @@ O_FROM, G_FROM, HUMAN_FROM = 85.0, 65.0, 40.0
 #: duplicate line it costs nearly this much).
 SIMILARITY_PENALTY = 40.0
 #: An AI tool outside the known list: the declaration cannot be checked against it.
-UNKNOWN_TOOL_PENALTY = 20.0
+UNKNOWN_TOOL_PENALTY = 25.0
 #: Moderation unsure ("review"): a human looks at it whatever the score.
 MODERATION_REVIEW_PENALTY = 30.0
 
