@@ -208,6 +208,8 @@ def test_proofs_at_a_past_size_equal_those_of_a_tree_built_to_that_size(big: Mer
 def test_proof_requests_outside_the_tree_are_invalid_input(big: MerkleTree) -> None:
     with pytest.raises(InvalidInput, match="leaf 5 is not in a tree of 5"):
         big.inclusion_path(5, 5)
+    with pytest.raises(InvalidInput, match="leaf -1 is not in a tree of 40"):
+        big.leaf(-1)
     with pytest.raises(InvalidInput, match="beyond the tree's 40 leaves"):
         big.root(41)
     with pytest.raises(InvalidInput, match=r"size1 9 is not within 0\.\.8"):
