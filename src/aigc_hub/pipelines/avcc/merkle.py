@@ -93,7 +93,8 @@ class MerkleTree:
 
     def leaf(self, index: int) -> bytes:
         """The hash of leaf ``index``."""
-        self._check_size(index + 1, "index")
+        if not 0 <= index < self.size:
+            raise InvalidInput("index", f"leaf {index} is not in a tree of {self.size} leaves")
         return self._levels[0][index]
 
     def root(self, size: int | None = None) -> bytes:

@@ -14,10 +14,11 @@ hex::
 The receipt holds the leaf's hash, not its data: the holder of the work's record gives the
 data to :func:`verify_receipt` to bind the receipt to it.
 
-:func:`verify_receipt` raises one error class, :class:`~aigc_hub.pipelines.avcc.merkle.
-VerificationError`, an ``InvalidInput``: a receipt that does not verify is bad input from
-whoever presents it (HTTP 422, a CLI usage error), never a reason to retry. Its ``field`` and
-message say which check failed.
+:func:`verify_receipt` raises one error class, ``merkle.VerificationError``, an
+``InvalidInput``: a receipt that does not verify is bad input from whoever presents it (HTTP
+422, a CLI usage error), never a reason to retry; and as a ``PermanentError`` it goes straight
+to the dead-letter queue if a handler meets one. Its ``field`` and message say which check
+failed.
 """
 
 from __future__ import annotations
