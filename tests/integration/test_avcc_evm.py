@@ -397,9 +397,14 @@ async def test_an_unreachable_node_is_a_retryable_error_and_records_nothing(
     assert await anchorer.find(30) is None
 
 
-async def test_a_node_of_another_chain_than_configured_is_a_configuration_error(
+async def test_a_bad_key_negative_confirmations_or_another_chain_are_configuration_errors(
     anchorers: Callable[..., EvmAnchorer],
 ) -> None:
+    with pytest.raises(ConfigurationError, match="not a valid") as bad_key:
+        anchorers(private_key="0x1234")
+    assert "1234" not in str(bad_key.value) and bad_key.value.__cause__ is None
+    with pytest.raises(ConfigurationError, match="confirmations"):
+        anchorers(confirmations=-1)
     anchorer = anchorers(chain_id=1)
 
     with pytest.raises(ConfigurationError, match="not 1"):

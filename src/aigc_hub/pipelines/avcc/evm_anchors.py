@@ -41,8 +41,8 @@ class AnchorTx:
     status: AnchorStatus
     nonce: int
     chain_id: int
-    failure: str | None = None
-    raw_tx: bytes = field(default=b"", repr=False)
+    failure: str | None
+    raw_tx: bytes = field(repr=False)  # the signed transaction, exactly as broadcast
 
     @classmethod
     def from_row(cls, row: sa.RowMapping) -> AnchorTx:

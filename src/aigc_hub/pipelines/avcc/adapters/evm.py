@@ -39,6 +39,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("EVM anchoring needs web3: pip install 'aigc-hub[evm]'") from exc
 
 import asyncio
+import logging
 from collections.abc import Awaitable
 from typing import TypeVar
 
@@ -67,6 +68,8 @@ from aigc_hub.store.dialects import dialect_of
 from aigc_hub.store.engine import reader
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 #: 21000 plus at most 22800 - 21000 for 45 bytes of calldata (EIP-2028 pricing, EIP-7623's
 #: floor) when the recipient has no code. Fixed rather than estimated, so the signed bytes
@@ -163,7 +166,10 @@ class EvmAnchorer:
             raise ConfigurationError(f"confirmations must be >= 0, not {confirmations}")
         self._engine = engine
         self._rpc_url = rpc_url
-        self._account: LocalAccount = Account.from_key(private_key)
+        try:
+            self._account: LocalAccount = Account.from_key(private_key)
+        except ValueError:  # not chained: its message may quote the key
+            raise ConfigurationError("the EVM private key is not a valid secp256k1 key") from None
         self._configured_chain_id = chain_id
         self._chain_id: int | None = None
         self._confirmations = confirmations
@@ -222,9 +228,9 @@ class EvmAnchorer:
     async def reconcile(self) -> list[AnchorTx]:
         """Settle every row left SENT on this chain by reading it; the rows as they end up.
 
-        Rows go in nonce order, and the first RetryableError stops the pass (a later nonce
-        cannot be mined before an earlier one anyway). Rows still SENT after it (waiting
-        for confirmations) are returned as they are.
+        Rows go in nonce order, and the first RetryableError (node unreachable, a receipt
+        short of its confirmations in time) stops the pass and is raised: a later nonce
+        cannot be mined before an earlier one anyway.
         """
         chain_id = await self._node_chain_id()
         async with reader(self._engine) as conn:
@@ -391,6 +397,7 @@ class EvmAnchorer:
             f"nonce {anchor.nonce} of {anchor.sender} was taken by another transaction; "
             f"{anchor.tx_hash} can never be mined"
         )
+        log.error("avcc anchor of tree size %d failed: %s", anchor.tree_size, reason)
         return await self._settle(anchor, AnchorStatus.FAILED, block=None, failure=reason)
 
     async def _deep_enough(self, receipt: TxReceipt) -> bool:
