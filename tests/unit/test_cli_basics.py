@@ -144,7 +144,8 @@ def test_topics_list_of_an_unknown_pipeline_is_not_found(runner: CliRunner) -> N
     result = runner.invoke(app, ["topics", "list", "-p", "nope"], env={"AIGC_HUB_PIPELINES": None})
 
     assert result.exit_code == common.ExitCode.NOT_FOUND
-    assert result.stderr.startswith("error: no topics for pipeline 'nope' (known: generation,")
+    known = "(known: avcc, generation,"
+    assert result.stderr.startswith(f"error: no topics for pipeline 'nope' {known}")
 
 
 @pytest.mark.parametrize(
@@ -262,8 +263,8 @@ def test_installed_pipelines_reads_the_environment(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv(common.PIPELINES_ENV, "")
     assert common.installed_pipelines() == []
     monkeypatch.delenv(common.PIPELINES_ENV)  # unset: every installed pipeline
-    assert [p.name for p in common.installed_pipelines()] == ["generation"]
-    assert common.installed_pipelines("generation") == common.installed_pipelines()
+    assert sorted(p.name for p in common.installed_pipelines()) == ["avcc", "generation"]
+    assert {p.name for p in common.installed_pipelines("generation,avcc")} == {"avcc", "generation"}
 
 
 @pytest.mark.parametrize(
