@@ -227,6 +227,14 @@ async def test_a_still_image_is_not_a_video(tmp_path: Path) -> None:
         await video_fingerprint(still, tmp_path)
 
 
+@pytest.mark.parametrize("frames", [0, fingerprints.MAX_FRAMES + 1])
+async def test_a_frame_count_a_fingerprint_cannot_hold_is_refused_before_sampling(
+    tmp_path: Path, frames: int
+) -> None:
+    with pytest.raises(InvalidInput, match="1-64 frames"):
+        await video_fingerprint(tmp_path / "never-read.mp4", tmp_path, frames=frames)
+
+
 @pytest.mark.ffmpeg
 async def test_a_file_the_media_toolkit_refuses_is_its_refusal(tmp_path: Path) -> None:
     junk = tmp_path / "junk.mp4"
@@ -395,10 +403,13 @@ def test_without_the_ml_extra_a_text_cannot_be_fingerprinted(
 
 
 def test_a_model_that_cannot_load_is_a_configuration_error(
-    embedder: TextEmbedder, tmp_path: Path
+    embedder: TextEmbedder,  # only for its skip: loading needs the extra
+    tmp_path: Path,
 ) -> None:
     broken = tmp_path / "model"
     broken.mkdir()
     (broken / semantic.WEIGHTS_FILE).write_bytes(b"not a safetensors file")
-    with pytest.raises(ConfigurationError, match="cannot load"):
-        TextEmbedder(model_dir=broken).fingerprint(LIGHTHOUSE)
+    unloadable = TextEmbedder(model_dir=broken)
+    for _ in range(2):  # a failed load is not remembered: the next call tries again
+        with pytest.raises(ConfigurationError, match="cannot load"):
+            unloadable.fingerprint(LIGHTHOUSE)

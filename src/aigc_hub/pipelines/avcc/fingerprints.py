@@ -190,6 +190,8 @@ async def video_fingerprint(
     Raises InvalidInput("work") for a source that is not a video, and the toolkit's
     MediaRefused (a PermanentError with a code) for one it refuses.
     """
+    if not 1 <= frames <= MAX_FRAMES:
+        raise InvalidInput("frames", f"a video fingerprint takes 1-{MAX_FRAMES} frames")
     info = await probe.probe(path, limits, scratch_root=work_dir)
     if info.kind != "video":
         raise InvalidInput("work", f"a video was expected, the file is {info.kind}")
@@ -233,6 +235,7 @@ class TextEmbedder:
     def __init__(self, model_dir: Path | None = None, *, torch_threads: int = 1) -> None:
         self._model_dir = model_dir
         self._torch_threads = torch_threads
+        self._loaded: tuple[SentenceTransformer, str] | None = None
 
     def fingerprint_file(self, path: Path) -> Fingerprint:
         """The fingerprint of the UTF-8 text file at ``path`` (a BOM is ignored).
@@ -273,6 +276,12 @@ class TextEmbedder:
         return windows(text, model.tokenizer)
 
     def _model(self) -> tuple[SentenceTransformer, str]:
+        if self._loaded is None:
+            # Two threads may both get here: the shared loader's lock makes it one load.
+            self._loaded = self._load()
+        return self._loaded
+
+    def _load(self) -> tuple[SentenceTransformer, str]:
         # Set before the first import, as moderation does: huggingface_hub reads them once.
         os.environ["HF_HUB_OFFLINE"] = "1"
         os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -295,7 +304,7 @@ class TextEmbedder:
             model, version = semantic._shared_model(model_dir, SentenceTransformer)
         except Exception as exc:
             raise ConfigurationError(
-                f"the text model in {model_dir.name!r} cannot load ({type(exc).__name__}: {exc})"
+                f"the text model in {model_dir} cannot load ({type(exc).__name__}: {exc})"
             ) from exc
         assert isinstance(model, SentenceTransformer) and isinstance(version, str)
         return model, version
