@@ -1,0 +1,170 @@
+"""An avcc stack for tests: a started hub (avcc only) behind a real uvicorn API, with the
+embedded log chain, a local or S3 blob store, and helpers to make works and apply."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import random
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+from PIL import Image
+
+from aigc_hub.blobs.base import BlobStore
+from aigc_hub.blobs.local import LocalBlobStore
+from aigc_hub.bootstrap import Hub
+from aigc_hub.core.failpoints import Failpoints
+from aigc_hub.hub_config import HubConfig
+from aigc_hub.interfaces.http.app import create_app
+from aigc_hub.interfaces.http.limits import Limits
+from aigc_hub.messaging.base import Broker
+from aigc_hub.pipelines.avcc.chains import make_chain
+from aigc_hub.pipelines.avcc.likeness import StoredLikeness
+from aigc_hub.pipelines.avcc.models import avcc_records
+from aigc_hub.pipelines.avcc.pipeline import pipeline as avcc_pipeline
+from aigc_hub.pipelines.avcc.settings import AvccSettings
+from aigc_hub.pipelines.avcc.state import STATE, Avcc
+from aigc_hub.store import engine as store_engine
+from aigc_hub.tenancy import create_admin_key, create_tenant
+from tests.support.served import serve
+
+SETTLED = {"CODED", "REJECTED", "NEED_HUMAN"}
+
+
+def noise_png(seed: int, size: int = 48) -> bytes:
+    """A PNG of seeded noise: unrelated to every other seed's (perceptual hashes ~64 apart)."""
+    rng = random.Random(seed)
+    picture = Image.frombytes("L", (size, size), bytes(rng.randrange(256) for _ in range(size**2)))
+    out = io.BytesIO()
+    picture.convert("RGB").save(out, "PNG")
+    return out.getvalue()
+
+
+def sha(data: bytes) -> str:
+    return f"sha256:{hashlib.sha256(data).hexdigest()}"
+
+
+@dataclass
+class AvccStack:
+    hub: Hub
+    api_url: str
+
+    @property
+    def avcc(self) -> Avcc:
+        return self.hub.state_of(STATE)
+
+    async def tenant(self, name: str) -> str:
+        _tenant, key = await create_tenant(self.hub.engine, name)
+        return key
+
+    async def admin(self) -> str:
+        return await create_admin_key(self.hub.engine)
+
+    def client(self, key: str | None = None) -> httpx.AsyncClient:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.AsyncClient(
+            base_url=self.api_url, headers=headers, trust_env=False, timeout=30.0
+        )
+
+    async def records(self) -> list[dict[str, Any]]:
+        async with self.hub.engine.connect() as conn:
+            rows = (await conn.execute(sa.select(avcc_records))).mappings().all()
+        return [dict(r) for r in rows]
+
+
+async def upload(client: httpx.AsyncClient, data: bytes, filename: str = "work.png") -> str:
+    """Put a work into the store through the API; its content_url."""
+    answer = await client.post("/v1/avcc/works", content=data, params={"filename": filename})
+    assert answer.status_code == 201, answer.text
+    url: str = answer.json()["content_url"]
+    return url
+
+
+async def apply(
+    client: httpx.AsyncClient,
+    data: bytes,
+    *,
+    filename: str = "work.png",
+    model_name: str = "Stable-Diffusion-XL",
+    content_hash: str | None = None,
+    key: str | None = None,
+) -> httpx.Response:
+    """Upload ``data`` and apply for its code; the application's answer."""
+    url = await upload(client, data, filename)
+    body = {
+        "content_url": url,
+        "content_hash": content_hash or sha(data),
+        "ai_tool_info": {"model_name": model_name, "model_version": "v1.0"},
+        "priority": 5,
+    }
+    return await client.post(
+        "/v1/avcc/applications", json=body, headers={"Idempotency-Key": key or str(uuid.uuid4())}
+    )
+
+
+async def wait_settled(
+    client: httpx.AsyncClient, record_ids: Sequence[int], timeout_s: float = 120
+) -> dict[int, dict[str, Any]]:
+    """Poll each application until it is coded, rejected or waits for a reviewer."""
+    import asyncio
+
+    done: dict[int, dict[str, Any]] = {}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while len(done) < len(record_ids):
+        for record_id in record_ids:
+            if record_id not in done:
+                snap = (await client.get(f"/v1/avcc/applications/{record_id}")).json()
+                if snap["status"] in SETTLED:
+                    done[record_id] = snap
+        if loop.time() > deadline:
+            raise TimeoutError(f"not settled: {sorted(set(record_ids) - set(done))}")
+        await asyncio.sleep(0.1)
+    return done
+
+
+@contextlib.asynccontextmanager
+async def avcc_stack(
+    db_url: str,
+    broker: Broker,
+    tmp_path: Path,
+    *,
+    blobs: BlobStore | None = None,
+    failpoints: Failpoints | None = None,
+    **settings: Any,
+) -> AsyncIterator[AvccStack]:
+    """A started hub running avcc, its API served on loopback, until the block ends."""
+    config = HubConfig(
+        engine=store_engine.create_engine(db_url),
+        broker=broker,
+        blobs=blobs or LocalBlobStore(tmp_path / "blobs", secret=b"test-blob-secret"),
+        failpoints=failpoints or Failpoints(),
+    )
+    values: dict[str, Any] = {"log_key_path": str(tmp_path / "log-key.pem")} | settings
+    avcc_settings = AvccSettings(**values)
+
+    def build(hub: Hub, _settings: object) -> Avcc:
+        chain = make_chain(hub, avcc_settings, tmp_path)
+        return Avcc(hub, avcc_settings, chain, StoredLikeness(hub.engine), tmp_path)
+
+    hub = Hub(config, [avcc_pipeline.with_state(build)])
+    await hub.start()
+    import asyncio
+
+    stop = asyncio.Event()
+    running = asyncio.create_task(hub.run(stop, scan=True))
+    try:
+        app = create_app(hub, limits=Limits(rate_per_s=5_000, burst=5_000))
+        async with serve(app) as url:
+            yield AvccStack(hub, url)
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(running, return_exceptions=True), 30)
+        await hub.close()
