@@ -130,6 +130,23 @@ async def wait_settled(
     return done
 
 
+async def wait_status(
+    client: httpx.AsyncClient, record_id: int, status: str, timeout_s: float = 60
+) -> dict[str, Any]:
+    """Poll the application until it reaches ``status``."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        snap: dict[str, Any] = (await client.get(f"/v1/avcc/applications/{record_id}")).json()
+        if snap["status"] == status:
+            return snap
+        if loop.time() > deadline:
+            raise TimeoutError(f"application {record_id} is {snap['status']}, not {status}")
+        await asyncio.sleep(0.1)
+
+
 @contextlib.asynccontextmanager
 async def avcc_stack(
     db_url: str,

@@ -114,6 +114,22 @@ async def get_application(
         raise kit.not_found("application") from None
 
 
+@router.get(
+    "/applications/{record_id}/signed-work",
+    summary="Where to download your coded work with its C2PA manifest",
+    description="A URL (valid an hour) of the work signed with its code, level and proof; "
+    "404 until the code is embedded (images and MP4s only).",
+)
+async def signed_work(
+    record_id: RecordId, who: kit.LimitedTenant, avcc: AvccState
+) -> dict[str, Any]:
+    assert who.tenant_id is not None
+    key = await services.signed_copy_key(avcc, tenant_id=who.tenant_id, record_id=record_id)
+    if key is None:
+        raise kit.not_found("signed work")
+    return {"url": await avcc.store.presign_get(key, 3600), "expires_s": 3600}
+
+
 @router.get("/applications", summary="Your applications, newest first")
 async def list_applications(
     who: kit.LimitedTenant,
@@ -152,6 +168,17 @@ async def log_public_key(avcc: AvccState) -> PlainTextResponse:
     return PlainTextResponse(
         avcc.chain.public_key_pem().decode(), media_type="application/x-pem-file"
     )
+
+
+@public_router.get(
+    "/c2pa/trust-anchor",
+    summary="The certificate the C2PA manifests chain to (PEM)",
+    description="Give it to a C2PA validator as a trust anchor to check a signed work.",
+    response_class=PlainTextResponse,
+)
+async def c2pa_trust_anchor(avcc: AvccState) -> PlainTextResponse:
+    signer = await avcc.c2pa_signer()
+    return PlainTextResponse(signer.anchor_pem().decode(), media_type="application/x-pem-file")
 
 
 @review_router.get("", summary="The human review queue (admin)")

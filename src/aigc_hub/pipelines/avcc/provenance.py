@@ -145,6 +145,12 @@ class PlatformSigner:
         """A signer from a PEM chain file and a PEM key file."""
         return cls(chain_path.read_bytes(), key_path.read_bytes(), algorithm, tsa_url)
 
+    def anchor_pem(self) -> bytes:
+        """The last certificate of the chain (the root, when the chain carries it): what a
+        validator is given as a trust anchor for this signer's manifests."""
+        last = x509.load_pem_x509_certificates(self.chain_pem)[-1]
+        return last.public_bytes(serialization.Encoding.PEM)
+
     def native(self) -> c2pa.Signer:
         """A new c2pa signer: one per signing, the caller closes it."""
         info = c2pa.C2paSignerInfo(self.algorithm, self.chain_pem, self.key_pem, self.tsa_url)

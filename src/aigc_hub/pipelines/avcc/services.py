@@ -294,6 +294,19 @@ async def list_records(
     return [snapshot(dict(r)) for r in rows]
 
 
+async def signed_copy_key(avcc: Avcc, *, tenant_id: str, record_id: int) -> str | None:
+    """The store key of the tenant's coded work with its C2PA manifest, once embedded."""
+    async with reader(avcc.hub.engine) as conn:
+        key = (
+            await conn.execute(
+                sa.select(avcc_records.c.c2pa_key).where(
+                    avcc_records.c.id == record_id, avcc_records.c.tenant_id == tenant_id
+                )
+            )
+        ).scalar_one_or_none()
+    return str(key) if key is not None else None
+
+
 class CodeNotFound(errors.NotFound):
     """No work holds this code."""
 
