@@ -30,9 +30,7 @@ async def test_works_of_three_tenants_are_coded_once_each_with_their_events_in_o
         async with stack.hub.engine.connect() as conn:
             leaves = (await conn.execute(sa.select(avcc_log_leaves.c.entry_key))).scalars().all()
             moves = (
-                await conn.execute(
-                    sa.select(avcc_record_events).order_by(avcc_record_events.c.id)
-                )
+                await conn.execute(sa.select(avcc_record_events).order_by(avcc_record_events.c.id))
             ).all()
     assert {s["status"] for s in settled.values()} == {"CODED"}
     codes = [records[i]["avcc_code"] for i in ids]

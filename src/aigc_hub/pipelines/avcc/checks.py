@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,12 +17,15 @@ from aigc_hub.core.errors import InvalidInput
 from aigc_hub.media import probe, sandbox
 from aigc_hub.media.frames import sample_frames
 from aigc_hub.moderation import Decision, Verdict
+from aigc_hub.moderation.frame_checks import FROZEN
 
 from .rules import Findings, ModerationVerdict
 
 if TYPE_CHECKING:
     from .state import Avcc
 
+#: Frame checks that judge a generated output's quality, not what a work shows.
+NOT_CONTENT_RULES = frozenset({FROZEN})
 #: Text works are reviewed up to this many characters (moderation reviews text in windows).
 TEXT_REVIEW_CHARS = 20_000
 _VERDICTS: Mapping[Verdict, ModerationVerdict] = {
@@ -123,9 +126,14 @@ async def _moderate(avcc: Avcc, path: Path, row: Mapping[str, Any], scratch: Pat
     limits = sandbox.MediaLimits(max_bytes=avcc.settings.max_content_bytes)
     info = await probe.probe(path, limits, scratch_root=scratch)
     frames = await sample_frames(path, info, scratch, limits=limits)
-    return await avcc.moderation.review_frames(
+    decision = await avcc.moderation.review_frames(
         frames, duration_ms=info.duration_ms, expected_duration_ms=None, tenant_id=tenant
     )
+    if decision.verdict is not Verdict.ALLOW and set(decision.hit_rules) <= NOT_CONTENT_RULES:
+        # A still shot is a legitimate work: "frozen" judges a generated output's quality,
+        # not a work's content.
+        return replace(decision, verdict=Verdict.ALLOW, reason="allowed: a still video")
+    return decision
 
 
 def _read_text(path: Path) -> str:
