@@ -107,10 +107,9 @@ async def test_the_public_answer_and_an_offline_check_of_the_proof(
     base = ["avcc", "verify", code, "--proof", str(proof)]
     ok = runner.invoke(cli, [*base, "--public-key", str(key), "--work", str(original)])
     another_log = runner.invoke(cli, [*base, "--public-key", str(other)])
+    elsewhere = "MA.156.10005.8361/000000010"
     other_code = runner.invoke(
-        cli,
-        ["avcc", "verify", "MA.156.10005.8361/000000010", "--proof", str(proof)]
-        + ["--public-key", str(key)],
+        cli, ["avcc", "verify", elsewhere, "--proof", str(proof), "--public-key", str(key)]
     )
     assert ok.exit_code == 0, ok.output
     assert json.loads(ok.stdout)["verified"] is True

@@ -90,7 +90,7 @@ async def test_a_copy_of_a_coded_work_is_rejected_as_its_duplicate(
 async def test_a_need_human_work_waits_is_claimed_decided_audited_and_coded(
     sqlite_url: str, tmp_path: Path
 ) -> None:
-    text = "A short story: the film ends with a beheading in a dark alley.".encode()
+    text = b"A short story: the film ends with a beheading in a dark alley."
     async with avcc_stack(sqlite_url, make_broker("embedded", tmp_path), tmp_path) as stack:
         async with stack.client(await stack.tenant("writer")) as writer:
             record_id = (await apply(writer, text, filename="story.txt")).json()["avcc_record_id"]
