@@ -85,4 +85,5 @@ class HubConfig:
             alert_webhook=settings.alert_webhook,
             scanner_lease_ttl_ms=settings.scanner_lease_ttl_ms,
             feed=settings.feed_settings(),
+            failpoints=Failpoints.from_spec(settings.failpoints) if settings.failpoints else NONE,
         )

@@ -90,6 +90,11 @@ class Settings(BaseSettings):
         "", description="extra thresholds: 'topic=lag[/age_s],…' (e.g. 'transcode=500/120')"
     )
     alert_webhook: str | None = Field(None, description="URL that receives lag alerts (POST JSON)")
+    failpoints: str = Field(
+        "",
+        description="crash tests only: `name=kill` (SIGKILL) or `name=crash`, comma separated, "
+        "arms those failpoints in this process; never set in production",
+    )
     scanner_lease_ttl_ms: int = Field(15_000, ge=500, description="scanner leader lease TTL")
     log_json: bool = Field(True, description="JSON log lines (structlog); false = plain text")
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")

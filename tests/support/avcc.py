@@ -155,9 +155,11 @@ async def avcc_stack(
     *,
     blobs: BlobStore | None = None,
     failpoints: Failpoints | None = None,
+    groups: Sequence[str] | None = None,
     **settings: Any,
 ) -> AsyncIterator[AvccStack]:
-    """A started hub running avcc, its API served on loopback, until the block ends."""
+    """A started hub running avcc (every consumer group, or those in ``groups``), its API
+    served on loopback, until the block ends."""
     config = HubConfig(
         engine=store_engine.create_engine(db_url),
         broker=broker,
@@ -176,7 +178,7 @@ async def avcc_stack(
     import asyncio
 
     stop = asyncio.Event()
-    running = asyncio.create_task(hub.run(stop, scan=True))
+    running = asyncio.create_task(hub.run(stop, groups, scan=True))
     try:
         app = create_app(hub, limits=Limits(rate_per_s=5_000, burst=5_000))
         async with serve(app) as url:

@@ -7,6 +7,8 @@ test armed that name. A :class:`Crash` simulates the process dying at that point
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable
 
 
@@ -48,6 +50,30 @@ class Failpoints:
         if action is not None:
             self.hits[name] = self.hits.get(name, 0) + 1
             action()
+
+
+    @classmethod
+    def from_spec(cls, spec: str) -> Failpoints:
+        """Failpoints armed by a spec such as ``"avcc.chain.after_submit=kill"``.
+
+        For crash tests of real processes (like fail-rs's ``FAILPOINTS`` variable): a
+        comma-separated list of ``name=action``; ``kill`` sends the process SIGKILL (no
+        cleanup, no goodbye), ``crash`` raises :class:`Crash`. ValueError for anything else.
+        """
+        armed = cls()
+        for item in filter(None, (part.strip() for part in spec.split(","))):
+            name, _, action = item.partition("=")
+            if action == "kill":
+                armed.arm(name.strip(), _kill_self)
+            elif action == "crash":
+                armed.crash_at(name.strip())
+            else:
+                raise ValueError(f"failpoint {item!r}: expected name=kill or name=crash")
+        return armed
+
+
+def _kill_self() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 #: The shared no-op instance used when nothing is armed.
