@@ -20,6 +20,7 @@ from PIL import Image
 from aigc_hub.blobs.base import BlobStore
 from aigc_hub.blobs.local import LocalBlobStore
 from aigc_hub.bootstrap import Hub
+from aigc_hub.cache.base import Cache
 from aigc_hub.core.failpoints import Failpoints
 from aigc_hub.hub_config import HubConfig
 from aigc_hub.interfaces.http.app import create_app
@@ -154,6 +155,7 @@ async def avcc_stack(
     tmp_path: Path,
     *,
     blobs: BlobStore | None = None,
+    cache: Cache | None = None,
     failpoints: Failpoints | None = None,
     groups: Sequence[str] | None = None,
     **settings: Any,
@@ -164,6 +166,7 @@ async def avcc_stack(
         engine=store_engine.create_engine(db_url),
         broker=broker,
         blobs=blobs or LocalBlobStore(tmp_path / "blobs", secret=b"test-blob-secret"),
+        cache=cache,
         failpoints=failpoints or Failpoints(),
     )
     values: dict[str, Any] = {"log_key_path": str(tmp_path / "log-key.pem")} | settings
