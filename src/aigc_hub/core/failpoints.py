@@ -51,7 +51,6 @@ class Failpoints:
             self.hits[name] = self.hits.get(name, 0) + 1
             action()
 
-
     @classmethod
     def from_spec(cls, spec: str) -> Failpoints:
         """Failpoints armed by a spec such as ``"avcc.chain.after_submit=kill"``.

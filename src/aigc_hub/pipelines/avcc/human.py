@@ -185,6 +185,7 @@ async def decide(
             "final_level": body.final_level,
             "review_report_id": report_id,
             "report_hash": report.hash,
+            "reviewed_at": now,
             "status_reason": body.note[:300] or None,
         }
         if body.decision == "rejected":

@@ -36,6 +36,7 @@ avcc_records = sa.Table(
     sa.Column("final_level", sa.String(1), nullable=True),
     sa.Column("overall_score", sa.Float, nullable=True),
     sa.Column("review_report_id", sa.BigInteger, nullable=True),
+    sa.Column("reviewed_at", sa.BigInteger, nullable=True, comment="when the decision was made"),
     sa.Column("report_hash", sa.String(80), nullable=True),
     sa.Column("chain_type", sa.String(20), nullable=True),
     sa.Column("tx_hash", sa.String(80), nullable=True),

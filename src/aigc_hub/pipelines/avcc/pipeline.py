@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from aigc_hub.pipeline import Pipeline, TimelineEntry
 from aigc_hub.store.engine import reader
 
-from . import events, http, models
+from . import events, http, models, scanners
 from .handlers import chain, code, embed, review
 from .settings import AvccSettings
 from .state import NAME, build_state
@@ -41,6 +41,8 @@ pipeline = Pipeline(
 )
 events.register(pipeline)
 pipeline.routers += [http.router, http.public_router, http.review_router]
+pipeline.scanner_with_state(scanners.StuckRecords)
+pipeline.scanner_with_state(scanners.UnknownAnchors)
 
 # Reviews read the work and run moderation and fingerprints: a few at a time per process.
 pipeline.handler_with_state("avcc-review", [events.APPLY_TOPIC], concurrency=4, timeout=600)(

@@ -175,6 +175,7 @@ async def apply(avcc: Avcc, *, tenant_id: str, body: Apply, idempotency_key: str
     }
     # Written as NULL, listed so the row is the whole snapshot (no read-back below).
     empty = ["status_reason", "decision", "final_level", "overall_score", "review_report_id"]
+    empty += ["reviewed_at"]
     empty += ["report_hash", "chain_type", "tx_hash", "block_height", "crd_address"]
     row |= dict.fromkeys([*empty, "chain_proof", "avcc_code", "issued_at", "c2pa_key"])
 

@@ -58,6 +58,12 @@ class AvccSettings(BaseSettings):
     human_lease_s: int = Field(
         900, ge=10, le=86_400, description="how long a reviewer's claim on a work lasts"
     )
+    stuck_after_s: int = Field(
+        900,
+        ge=10,
+        description="a work waiting this long after its last move gets its event again "
+        "(the stuck-records scanner)",
+    )
     duplicate_scope: Literal["all", "tenant"] = Field(
         "all",
         description="near-duplicates are looked for among every coded work (`all`) or only "

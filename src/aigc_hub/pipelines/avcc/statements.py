@@ -12,8 +12,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from .events import ChainType
+
+if TYPE_CHECKING:
+    from .settings import AvccSettings
 
 VERSION = 1
 
@@ -67,3 +71,20 @@ def statement_body(
 def canonical(value: Mapping[str, object]) -> str:
     """Sorted keys, no whitespace, ASCII: one text for one value."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def statement_of(settings: AvccSettings, row: Mapping[str, Any]) -> str:
+    """The statement an approved record is notarized with (the same text every time)."""
+    s = settings
+    return statement_body(
+        record_id=int(row["id"]),
+        chain_type="copyright_main",
+        issuer=f"MA.{s.country}.{s.issuer}.{s.platform_node}",
+        content_hash=row["content_hash"],
+        report_hash=row["report_hash"],
+        final_level=row["final_level"],
+        overall_score=float(row["overall_score"]),
+        model_name=row["model_name"],
+        model_version=row["model_version"],
+        reviewed_at_ms=int(row["reviewed_at"]),
+    )

@@ -22,7 +22,7 @@ from .. import events, records
 from ..codes import make_code
 from ..models import avcc_fingerprints
 from ..state import Avcc
-from ..statements import statement_body
+from ..statements import statement_of
 from ..states import RecordStatus
 
 
@@ -45,18 +45,7 @@ async def on_review_finished(avcc: Avcc, env: Envelope, ctx: HandlerContext) -> 
     if row is None or row["status"] != RecordStatus.APPROVED:
         return []
     level = row["final_level"]
-    body = statement_body(
-        record_id=row["id"],
-        chain_type="copyright_main",
-        issuer=f"MA.{avcc.settings.country}.{avcc.settings.issuer}.{avcc.settings.platform_node}",
-        content_hash=row["content_hash"],
-        report_hash=row["report_hash"],
-        final_level=level,
-        overall_score=float(row["overall_score"]),
-        model_name=row["model_name"],
-        model_version=row["model_version"],
-        reviewed_at_ms=int(row["updated_at"]),
-    )
+    body = statement_of(avcc.settings, row)
     now = ctx.clock.now_ms()
 
     async def record(conn: AsyncConnection) -> list[Envelope | Routed]:

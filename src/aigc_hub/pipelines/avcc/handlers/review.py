@@ -66,6 +66,7 @@ async def on_apply(avcc: Avcc, env: Envelope, ctx: HandlerContext) -> list[Envel
             "overall_score": verdict.score,
             "review_report_id": report_id,
             "report_hash": report.hash,
+            "reviewed_at": now,
             "status_reason": "; ".join(verdict.reasons)[:300] or None,
         }
         if verdict.decision == "rejected":

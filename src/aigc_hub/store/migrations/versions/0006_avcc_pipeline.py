@@ -3,7 +3,7 @@ fingerprints of coded works, the transparency log and the EVM anchors.
 
 Revision ID: 0006
 Revises: 0005
-Create Date: 2026-12-02 09:23:08.360863
+Create Date: 2026-12-02 09:59:47.735105
 
 A frozen step of the one chain: spell tables out here, never import the live definitions.
 """
@@ -174,6 +174,9 @@ def upgrade() -> None:
         sa.Column("final_level", sa.String(length=1), nullable=True),
         sa.Column("overall_score", sa.Float(), nullable=True),
         sa.Column("review_report_id", sa.BigInteger(), nullable=True),
+        sa.Column(
+            "reviewed_at", sa.BigInteger(), nullable=True, comment="when the decision was made"
+        ),
         sa.Column("report_hash", sa.String(length=80), nullable=True),
         sa.Column("chain_type", sa.String(length=20), nullable=True),
         sa.Column("tx_hash", sa.String(length=80), nullable=True),
