@@ -7,8 +7,9 @@ page; the work is then coded (polled through the API) and its page's audit trail
 claim and the decision. Refusals are messages on the page, never an error page: deciding
 with no claim, approving with no level, deciding after the claim ran out, claiming a work
 another reviewer holds. A near copy of a coded image waits too, and the console serves its
-preview with the sniffed content type; a tenant reaches neither page nor preview, and a hub
-without avcc says it has no queue.
+preview with the sniffed content type; a tenant reaches neither page nor preview. What the
+store lost or changed (the AI report, the work) is said on the page, and a hub without avcc
+says it has no queue.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import io
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from playwright.sync_api import expect
 from aigc_hub import tenancy
 from aigc_hub.blobs.local import LocalBlobStore
 from aigc_hub.bootstrap import Hub
-from aigc_hub.pipelines.avcc.models import avcc_human_reviews
+from aigc_hub.pipelines.avcc.models import avcc_human_reviews, avcc_records, avcc_review_reports
 from tests.browser.harness import ConsoleServer, log_in
 from tests.support.avcc import avcc_pipeline_in, noise_png, sha
 from tests.support.provider import wait_until
@@ -274,12 +275,91 @@ def test_a_near_copy_image_waits_with_its_preview_served_by_the_console(
         )
         assert page.request.get(f"{server.url}/console/reviews/{first}/work").status == 404
 
+        # Bytes the store lost are a 404, never a cut body.
+        server.call(lambda hub: forget(hub, work_key(second)))
+        lost = page.request.get(f"{server.url}/console/reviews/{second}/work")
+        assert lost.status == 404 and f"The store has lost work {second}." in lost.text()
+
         # A tenant's session reaches neither the page nor the work's bytes.
         page.get_by_role("button", name="Log out").click()
         log_in(page, server, key=key)
         for path in ("reviews", f"reviews/{second}", f"reviews/{second}/work"):
             response = page.goto(f"{server.url}/console/{path}")
             assert response is not None and response.status == 403, path
+
+
+def work_key(record_id: int) -> Callable[[Hub], Awaitable[str]]:
+    """Where the work of ``record_id`` is kept in the store (read on the server's loop)."""
+
+    async def read(hub: Hub) -> str:
+        async with hub.engine.connect() as conn:
+            query = sa.select(avcc_records.c.object_key).where(avcc_records.c.id == record_id)
+            return str((await conn.execute(query)).scalar_one())
+
+    return read
+
+
+def ai_report_key(record_id: int) -> Callable[[Hub], Awaitable[str]]:
+    """Where the AI's report on ``record_id`` is kept in the store."""
+
+    async def read(hub: Hub) -> str:
+        async with hub.engine.connect() as conn:
+            query = sa.select(avcc_review_reports.c.report_key).where(
+                avcc_review_reports.c.record_id == record_id
+            )
+            return str((await conn.execute(query)).scalar_one())
+
+    return read
+
+
+async def forget(hub: Hub, key: Callable[[Hub], Awaitable[str]]) -> None:
+    """Delete the object ``key`` names from the hub's store."""
+    assert hub.blobs is not None
+    await hub.blobs.delete(await key(hub))
+
+
+async def overwrite(hub: Hub, key: Callable[[Hub], Awaitable[str]], data: bytes) -> None:
+    """Replace the object ``key`` names with ``data``."""
+    assert hub.blobs is not None
+    await hub.blobs.put(await key(hub), data, "application/json")
+
+
+def test_a_changed_unreadable_or_lost_report_and_a_lost_text_are_said_on_the_page(
+    page: Any, sqlite_url: str, tmp_path: Path
+) -> None:
+    with avcc_console(sqlite_url, tmp_path) as server:
+        key = tenant_key(server)
+        record_id = apply_work(server, key, GORE_STORY.encode(), "saga.txt")
+        assert status_reached(server, key, record_id, {"NEED_HUMAN"})
+        work_url = f"{server.url}/console/reviews/{record_id}"
+        report = ai_report_key(record_id)
+        log_in(page, server)
+
+        # Valid JSON, but not the bytes whose hash was recorded: its findings are still shown.
+        changed = b'{"decision": "approved", "checks": {"moderation": "allow"}, "reasons": []}'
+        server.call(lambda hub: overwrite(hub, report, changed))
+        page.goto(work_url)
+        verified = page.get_by_test_id("report-verified")
+        expect(verified).to_have_text("does not match the stored report")
+        expect(page.get_by_test_id("findings")).to_contain_text("allow")
+
+        server.call(lambda hub: overwrite(hub, report, b"not json"))
+        page.reload()
+        expect(page.get_by_test_id("report-problem")).to_have_text("the stored report is not JSON")
+        expect(page.get_by_test_id("findings")).to_have_count(0)
+
+        server.call(lambda hub: forget(hub, report))
+        server.call(lambda hub: forget(hub, work_key(record_id)))
+        page.reload()
+        expect(page.get_by_test_id("report-problem")).to_have_text(
+            "the report is missing from the blob store"
+        )
+        expect(page.get_by_test_id("report-verified")).to_have_count(0)
+        expect(page.get_by_test_id("work-lost")).to_be_visible()
+        # The rest of the page, and the claim, still work.
+        expect(page.get_by_test_id("ai-reasons")).to_contain_text("violence.gore.keyword")
+        page.get_by_test_id("claim").click()
+        expect(page.get_by_test_id("decision-form")).to_be_visible()
 
 
 def test_a_hub_without_avcc_says_it_has_no_review_queue(page: Any, sqlite_url: str) -> None:

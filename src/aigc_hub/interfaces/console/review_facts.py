@@ -104,7 +104,7 @@ class Claim:
         return self.decided_at is None and self.claimed_by == reviewer
 
 
-def _claim(row: Any, now_ms: int) -> Claim:
+def _claim(row: sa.Row[Any], now_ms: int) -> Claim:
     # The same rule as the queue's: a claim counts until its lease ends or the work is decided.
     live = row.decided_at is None and row.lease_until is not None and row.lease_until > now_ms
     return Claim(
@@ -193,36 +193,47 @@ class WorkView:
     audit: Sequence[AuditEntry]
 
 
-async def work_view(avcc: Avcc, record_id: int) -> WorkView | None:
-    """The page of work ``record_id``; None when it never waited for a reviewer."""
-    hub = avcc.hub
-    async with reader(hub.engine) as conn:
-        entry = (
-            await conn.execute(
-                sa.select(avcc_human_reviews).where(avcc_human_reviews.c.record_id == record_id)
-            )
-        ).first()
-        report_row = (
-            await conn.execute(
-                sa.select(avcc_review_reports.c.report_key, avcc_review_reports.c.report_hash)
-                .where(avcc_review_reports.c.record_id == record_id)
-                .where(avcc_review_reports.c.reviewer == "ai")
-            )
-        ).first()
-    row = await human.record_row(avcc, record_id)
+async def _queued(avcc: Avcc, record_id: int) -> tuple[sa.Row[Any], Work] | None:
+    """The work's queue entry and its facts; None when it never waited for a reviewer."""
+    t = avcc_human_reviews
+    async with reader(avcc.hub.engine) as conn:
+        entry = (await conn.execute(sa.select(t).where(t.c.record_id == record_id))).first()
+    row = await human.record_row(avcc, record_id) if entry is not None else None
     if entry is None or row is None:
         return None
-    work = Work.of(row)
+    return entry, Work.of(row)
+
+
+async def queued_work(avcc: Avcc, record_id: int) -> Work | None:
+    """The facts of a work that waits or waited for a reviewer; None for any other."""
+    found = await _queued(avcc, record_id)
+    return found[1] if found is not None else None
+
+
+async def work_view(avcc: Avcc, record_id: int) -> WorkView | None:
+    """The page of work ``record_id``; None when it never waited for a reviewer."""
+    found = await _queued(avcc, record_id)
+    if found is None:
+        return None
+    entry, work = found
+    r = avcc_review_reports
+    async with reader(avcc.hub.engine) as conn:
+        report_row = (
+            await conn.execute(
+                sa.select(r.c.report_key, r.c.report_hash)
+                .where(r.c.record_id == record_id)
+                .where(r.c.reviewer == "ai")
+            )
+        ).first()
     report = None
     if report_row is not None:
         report = await _ai_report(avcc, report_row.report_key, report_row.report_hash)
-    excerpt = await _excerpt(avcc, work) if work.content_type == TEXT else None
     return WorkView(
         work=work,
-        claim=_claim(entry, hub.clock.now_ms()),
+        claim=_claim(entry, avcc.hub.clock.now_ms()),
         report=report,
-        excerpt=excerpt,
-        audit=await audit_trail(hub, record_id),
+        excerpt=await _excerpt(avcc, work) if work.content_type == TEXT else None,
+        audit=await audit_trail(avcc.hub, record_id),
     )
 
 

@@ -94,10 +94,10 @@ async def review_preview(
     """The work's bytes with its sniffed content type, for still images only; served by the
     console itself, so the page links nothing outside the console."""
     avcc = review_facts.avcc_of(hub)
-    view = await review_facts.work_view(avcc, record_id) if avcc is not None else None
-    if avcc is None or view is None or not view.work.previewable:
+    work = await review_facts.queued_work(avcc, record_id) if avcc is not None else None
+    if avcc is None or work is None or not work.previewable:
         return _not_here(request, who, f"Work {record_id} has no preview.")
-    chunks = avcc.store.stream(view.work.object_key)
+    chunks = avcc.store.stream(work.object_key)
     try:
         # Read the first chunk before answering: a lost object is a 404, not a cut body.
         first = await anext(chunks, b"")
@@ -111,7 +111,7 @@ async def review_preview(
 
     return StreamingResponse(
         body(),
-        media_type=view.work.content_type,
+        media_type=work.content_type,
         # The type was sniffed from the bytes at apply time: browsers must not guess again.
         headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "private, no-store"},
     )
