@@ -213,6 +213,17 @@ def test_refused_decisions_and_claims_are_messages_on_the_work_page(
         page.get_by_test_id("approve").click()
         expect(alert(page)).to_have_text("An approval names the level granted (P, G or O).")
         expect(page.get_by_test_id("decision-form")).to_be_visible()
+        # Values no form offers, sent by hand with the live claim's token.
+        token = page.locator("input[name=claim_token]").input_value()
+        for fields, message in (
+            ({"decision": "approved", "level": "X"}, "Level: Input should be 'P', 'G' or 'O'."),
+            ({"decision": "maybe", "level": "P"}, "Approve or reject the work."),
+        ):
+            form = {"csrf": csrf, "claim_token": token, **fields}
+            sent = page.request.post(f"{work_url}/decision", form=form)
+            assert sent.status == 200
+            page.goto(sent.url)
+            expect(alert(page)).to_have_text(message)
 
         # The claim runs out while the form is open: deciding then is refused.
         server.call(lambda hub: expire_claim(hub, record_id))
@@ -234,6 +245,11 @@ def test_refused_decisions_and_claims_are_messages_on_the_work_page(
         expect(page.get_by_test_id("audit-avcc.review.claim")).to_have_count(2)
         expect(page.get_by_test_id("audit-avcc.review.decide")).to_have_count(0)
         assert status_reached(server, key, record_id, {"NEED_HUMAN"})
+        # The queue shows who holds it.
+        page.get_by_test_id("nav-reviews").click()
+        expect(page.get_by_test_id(f"review-row-{record_id}")).to_contain_text(
+            f"admin:{key_id(server, other)}"
+        )
 
 
 def test_a_near_copy_image_waits_with_its_preview_served_by_the_console(
@@ -274,6 +290,24 @@ def test_a_near_copy_image_waits_with_its_preview_served_by_the_console(
             f"Work {first} never waited for a reviewer."
         )
         assert page.request.get(f"{server.url}/console/reviews/{first}/work").status == 404
+        csrf = page.locator("form.logout input[name=csrf]").input_value()
+        claimed = page.request.post(
+            f"{server.url}/console/reviews/{first}/claim", form={"csrf": csrf}
+        )
+        assert (
+            claimed.status == 404 and f"Work {first} never waited for a reviewer." in claimed.text()
+        )
+
+        # Rejected, with a note; the level picked is the approval's and is not sent.
+        page.goto(f"{server.url}/console/reviews/{second}")
+        page.get_by_test_id("claim").click()
+        page.get_by_test_id("decision-level").select_option("G")
+        page.get_by_test_id("decision-note").fill("too close to work it copies")
+        page.get_by_test_id("reject").click()
+        expect(page.get_by_role("status")).to_have_text(f"Work {second} rejected.")
+        rejected = status_reached(server, key, second, {"REJECTED"})
+        assert rejected["final_level"] is None and rejected["decision"] == "rejected"
+        expect(page.get_by_test_id("audit-avcc.review.decide")).to_contain_text("rejected")
 
         # Bytes the store lost are a 404, never a cut body.
         server.call(lambda hub: forget(hub, work_key(second)))
