@@ -30,6 +30,7 @@ from aigc_hub.pipelines.avcc import human
 #: Open works listed (the queue has no cursor: past this, decide some first).
 QUEUE_LIMIT = 200
 LEVELS = ("P", "G", "O")
+NO_AVCC = "This hub does not run the avcc pipeline, so it has no human review queue."
 #: The same bounds as the API's record ids.
 RecordId = Annotated[int, Path(ge=1, le=2**62)]
 HubDep = Annotated[Hub, Depends(hub_of)]
@@ -39,9 +40,6 @@ router = APIRouter(route_class=ConsoleRoute)
 
 def _not_here(request: Request, who: Operator, message: str) -> Response:
     return page(request, "error.html", status_code=404, who=who, title="Not found", message=message)
-
-
-NO_AVCC = "This hub does not run the avcc pipeline, so it has no human review queue."
 
 
 def _work_url(record_id: int, **message: str) -> RedirectResponse:
