@@ -26,6 +26,7 @@ from aigc_hub.hub_config import HubConfig
 from aigc_hub.interfaces.http.app import create_app
 from aigc_hub.interfaces.http.limits import Limits
 from aigc_hub.messaging.base import Broker
+from aigc_hub.pipeline import Pipeline
 from aigc_hub.pipelines.avcc.chains import make_chain
 from aigc_hub.pipelines.avcc.likeness import StoredLikeness
 from aigc_hub.pipelines.avcc.models import avcc_records
@@ -190,3 +191,16 @@ async def avcc_stack(
         stop.set()
         await asyncio.wait_for(asyncio.gather(running, return_exceptions=True), 30)
         await hub.close()
+
+
+def avcc_pipeline_in(tmp_path: Path, **settings: Any) -> Pipeline[Avcc]:
+    """avcc whose state keeps its keys under ``tmp_path`` (the log's key, the C2PA CA), for a
+    hub a test starts itself (the browser tests' console server)."""
+    values: dict[str, Any] = {"log_key_path": str(tmp_path / "log-key.pem")} | settings
+    avcc_settings = AvccSettings(**values)
+
+    def build(hub: Hub, _settings: object) -> Avcc:
+        chain = make_chain(hub, avcc_settings, tmp_path)
+        return Avcc(hub, avcc_settings, chain, StoredLikeness(hub.engine), tmp_path)
+
+    return avcc_pipeline.with_state(build)

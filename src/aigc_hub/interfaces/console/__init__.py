@@ -1,4 +1,5 @@
-"""The web console at ``/console``: DLQ browser, live dashboard, task explorer, gallery.
+"""The web console at ``/console``: DLQ browser, live dashboard, task explorer, gallery, and
+avcc's human review queue.
 
 Server-rendered (Jinja2) with a little vanilla JS and no build step or CDN (the HLS player,
 hls.js, is vendored under ``static/vendor``). Operators log in with an admin API key and
@@ -15,7 +16,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.staticfiles import StaticFiles
 
-from aigc_hub.interfaces.console import auth, dashboard, dlq, gallery, tasks
+from aigc_hub.interfaces.console import auth, dashboard, dlq, gallery, reviews, tasks
 from aigc_hub.interfaces.console.rendering import PREFIX, STATIC_DIR
 
 #: Where the stylesheet and script are served.
@@ -27,7 +28,15 @@ __all__ = ["PREFIX", "STATIC_PATH", "router", "static_files"]
 def router() -> APIRouter:
     """Every console page, to be included under :data:`PREFIX`."""
     combined = APIRouter()
-    for part in (auth.router, dlq.router, dashboard.router, tasks.router, gallery.router):
+    parts = (
+        auth.router,
+        dlq.router,
+        dashboard.router,
+        tasks.router,
+        gallery.router,
+        reviews.router,
+    )
+    for part in parts:
         combined.include_router(part)
     return combined
 
