@@ -32,6 +32,14 @@ def test_settings_doc_names_every_generation_setting() -> None:
         assert f"AIGC_HUB_GEN_{name.upper()}" in text, name
 
 
+def test_settings_doc_names_every_avcc_setting() -> None:
+    from aigc_hub.pipelines.avcc.settings import AvccSettings
+
+    text = (DOCS / "settings.md").read_text()
+    for name in AvccSettings.model_fields:
+        assert f"AIGC_HUB_AVCC_{name.upper()}" in text, name
+
+
 def test_cli_doc_names_every_command() -> None:
     text = (DOCS / "cli.md").read_text()
     commands = [c.name for c in app.registered_commands]

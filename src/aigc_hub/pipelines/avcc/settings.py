@@ -49,7 +49,9 @@ class AvccSettings(BaseSettings):
     )
     batch_max: int = Field(256, ge=1, le=10_000, description="works per chain transaction")
     c2pa_cert_path: str = Field(
-        "", description="PEM certificate chain the platform signs C2PA manifests with"
+        "",
+        description="PEM certificate chain the platform signs C2PA manifests with; empty = a "
+        "CA of the hub's own, made in <data dir>/avcc/c2pa (trusted by whoever imports its root)",
     )
     c2pa_key_path: str = Field("", description="PEM private key of that certificate")
     max_content_bytes: int = Field(
