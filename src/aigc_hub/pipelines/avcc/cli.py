@@ -156,8 +156,11 @@ def verify(
         typer.Option(exists=True, dir_okay=False, help="The original work, to check its hash."),
     ] = None,
 ) -> None:
-    """Check CODE offline: its check character, that the proof's statement is this code's
-    work, the log's signature and the inclusion proof; with --work, the work's hash."""
+    """Check CODE offline, from its proof and the log's public key (no hub needed).
+
+    Checks the code's check character, that the proof's statement is this code's work, the
+    log's signature over its tree head and the inclusion proof; with --work, the work's hash.
+    """
     from .verification import ProofRefused, verify_offline  # the CLI's only heavy import
 
     try:
