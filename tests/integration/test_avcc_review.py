@@ -10,7 +10,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from PIL import Image
 
-from aigc_hub.store.tables import audit_log
+from aigc_hub.store.tables import audit_log, moderation_decisions
 from tests.support.avcc import (
     apply,
     avcc_stack,
@@ -122,6 +122,13 @@ async def test_a_need_human_work_waits_is_claimed_decided_audited_and_coded(
                 tenant_refused = await writer.get("/v1/avcc/reviews")
             coded = await wait_status(writer, record_id, "CODED")
         async with stack.hub.engine.connect() as conn:
+            moderated = (
+                await conn.execute(
+                    sa.select(moderation_decisions.c.verdict, moderation_decisions.c.hit_rules)
+                    .where(moderation_decisions.c.subject_id == str(record_id))
+                    .where(moderation_decisions.c.subject_kind == "avcc_work")
+                )
+            ).all()
             trail = (
                 await conn.execute(
                     sa.select(audit_log.c.action, audit_log.c.result)
@@ -130,6 +137,7 @@ async def test_a_need_human_work_waits_is_claimed_decided_audited_and_coded(
                 )
             ).all()
     assert waiting["status"] == "NEED_HUMAN" and waiting["decision"] == "need_human"
+    assert [tuple(m) for m in moderated] == [("human_review", ["violence.gore.keyword"])]
     assert [q["avcc_record_id"] for q in queue] == [record_id]
     assert unclaimed.status_code == 409
     assert taken.status_code == 409

@@ -43,6 +43,8 @@ class Examined:
     findings: Findings
     fingerprint: tuple[str, bytes] | None
     evidence: Mapping[str, object]
+    #: The moderation module's decision, kept with its others (None: it did not run).
+    moderation: Decision | None = None
 
 
 async def examine(avcc: Avcc, row: Mapping[str, Any]) -> Examined:
@@ -76,7 +78,7 @@ async def examine(avcc: Avcc, row: Mapping[str, Any]) -> Examined:
                 model_name=row["model_name"],
                 moderation=_VERDICTS[decision.verdict],
             )
-            return Examined(found, None, {"media": "unreadable"})
+            return Examined(found, None, {"media": "unreadable"}, decision)
     nearest = (
         None
         if fingerprint is None
@@ -100,7 +102,7 @@ async def examine(avcc: Avcc, row: Mapping[str, Any]) -> Examined:
         "moderation_model": decision.model_version,
         "fingerprint_kind": fingerprint[0] if fingerprint else None,
     }
-    return Examined(findings, fingerprint, evidence)
+    return Examined(findings, fingerprint, evidence, decision)
 
 
 def _integrity_failed() -> Examined:

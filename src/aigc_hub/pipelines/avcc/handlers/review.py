@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from aigc_hub import moderation
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.reliability.outbox import Routed
 from aigc_hub.runtime.context import HandlerContext
@@ -91,6 +92,17 @@ async def on_apply(avcc: Avcc, env: Envelope, ctx: HandlerContext) -> list[Envel
                     "value": value,
                     "coded_at": None,
                 },
+            )
+        if examined.moderation is not None:
+            # Kept with every other moderation decision (seed 004's audit of reviews).
+            await moderation.record(
+                conn,
+                examined.moderation,
+                tenant_id=row["tenant_id"],
+                subject_kind="avcc_work",
+                subject_id=str(row["id"]),
+                stage="input",
+                now_ms=now,
             )
         if verdict.decision == "need_human":
             await conn.execute(
