@@ -3,6 +3,7 @@ embedded log chain, a local or S3 blob store, and helpers to make works and appl
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import io
@@ -115,8 +116,6 @@ async def wait_settled(
     client: httpx.AsyncClient, record_ids: Sequence[int], timeout_s: float = 120
 ) -> dict[int, dict[str, Any]]:
     """Poll each application until it is coded, rejected or waits for a reviewer."""
-    import asyncio
-
     done: dict[int, dict[str, Any]] = {}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
@@ -136,8 +135,6 @@ async def wait_status(
     client: httpx.AsyncClient, record_id: int, status: str, timeout_s: float = 60
 ) -> dict[str, Any]:
     """Poll the application until it reaches ``status``."""
-    import asyncio
-
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while True:
@@ -179,8 +176,6 @@ async def avcc_stack(
 
     hub = Hub(config, [avcc_pipeline.with_state(build)])
     await hub.start()
-    import asyncio
-
     stop = asyncio.Event()
     running = asyncio.create_task(hub.run(stop, groups, scan=True))
     try:
