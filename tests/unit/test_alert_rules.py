@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+import yaml  # type: ignore[import-untyped]  # types-PyYAML is not in the dev extra
 from tests.conftest import service_missing
 
+from aigc_hub import plugins
+from aigc_hub.cli.topics import merged_catalog
 from aigc_hub.observability import metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +27,8 @@ DOCS = ROOT / "docs" / "metrics.md"
 
 # alert -> (threshold, for, what the expression must contain). Sources: seed 003 §10.2
 # (lag > 5000 for 5m; P99 > 30 s for 3m; > 10 dead letters in 10m for 5m), seed 000 §9.3.4
-# (apply.created lag > 1000 or older than 1 min; playback lag > 50000), and ours (outbox 60 s).
+# (apply.created lag > 1000 or older than 1 min; playback lag > 50000), seed 000 §9.3.3 (any
+# dead letter of avcc's topics: P2), and ours (outbox 60 s).
 EXPECTED: dict[str, tuple[float, str | None, tuple[str, ...]]] = {
     "AigcHubConsumerLagHigh": (5000, "5m", ("aigc_hub_consumer_lag_records",)),
     "AigcHubHandlerLatencyHigh": (
@@ -34,6 +37,11 @@ EXPECTED: dict[str, tuple[float, str | None, tuple[str, ...]]] = {
         ("histogram_quantile(0.99,", "aigc_hub_handler_duration_seconds_bucket"),
     ),
     "AigcHubDeadLetterAccumulation": (10, "5m", ("increase(aigc_hub_dead_letters_total[10m])",)),
+    "AigcHubAvccDeadLetter": (
+        0,
+        None,
+        ("aigc_hub_dead_letters_pending", 'topic=~"topic[.](avcc|review|chain)[.].+"'),
+    ),
     "AigcHubApplyCreatedLagHigh": (
         1000,
         None,
@@ -51,6 +59,10 @@ EXPECTED: dict[str, tuple[float, str | None, tuple[str, ...]]] = {
     ),
     "AigcHubOutboxStale": (60, None, ("aigc_hub_outbox_oldest_unpublished_age_seconds",)),
 }
+
+#: Severities the rules use: Alertmanager's usual two, and the seed's own level where it names
+#: one (seed 000 §9.3.3: a dead letter of avcc raises a "P2" alert).
+SEVERITIES = ("warning", "critical", "P2")
 
 # PromQL words the rules may use besides metric names.
 PROMQL_WORDS = {
@@ -118,11 +130,23 @@ def test_generic_lag_rule_leaves_out_topics_with_their_own_rule() -> None:
     assert 'topic!="topic.playback.event"' in rule["expr"]
 
 
+def test_avcc_dead_letter_rule_watches_exactly_avccs_topics_at_p2() -> None:
+    rule = next(r for r in _rules() if r["alert"] == "AigcHubAvccDeadLetter")
+    assert rule["labels"]["severity"] == "P2"
+    [pattern] = re.findall(r'topic=~"([^"]+)"', rule["expr"])
+    catalog = merged_catalog(plugins.load(None))
+    watched = {spec.name for spec in catalog if re.fullmatch(pattern, spec.name)}
+    avcc = {spec.name for spec in catalog if spec.pipeline == "avcc"}
+    # topic.avcc.*, topic.review.*, topic.chain.* (seed 000 §9.3.2's families) are all avcc's
+    assert watched == avcc
+    assert "topic.system.dlq" not in watched and "topic.system.retry" not in watched
+
+
 def test_every_rule_has_severity_and_a_run_book_in_the_docs() -> None:
     docs = DOCS.read_text()
     anchors = {_slug(line.lstrip("#")) for line in docs.splitlines() if line.startswith("#")}
     for rule in _rules():
-        assert rule["labels"]["severity"] in ("warning", "critical"), rule["alert"]
+        assert rule["labels"]["severity"] in SEVERITIES, rule["alert"]
         path, _, anchor = rule["annotations"]["runbook"].partition("#")
         assert path == "docs/metrics.md", rule["alert"]
         assert anchor in anchors, (rule["alert"], anchor)
