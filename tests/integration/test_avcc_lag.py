@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,25 +22,14 @@ import yaml  # type: ignore[import-untyped]  # types-PyYAML is not in the dev ex
 from prometheus_client.parser import text_string_to_metric_families
 
 from aigc_hub.blobs.keys import object_key
-from aigc_hub.blobs.local import LocalBlobStore
-from aigc_hub.bootstrap import Hub
 from aigc_hub.core import ids
-from aigc_hub.hub_config import HubConfig
-from aigc_hub.interfaces.http.app import create_app
-from aigc_hub.interfaces.http.limits import Limits
 from aigc_hub.pipelines.avcc import services
-from aigc_hub.pipelines.avcc.chains import make_chain
 from aigc_hub.pipelines.avcc.events import AiToolInfo
-from aigc_hub.pipelines.avcc.likeness import StoredLikeness
-from aigc_hub.pipelines.avcc.pipeline import pipeline as avcc_pipeline
-from aigc_hub.pipelines.avcc.settings import AvccSettings
-from aigc_hub.pipelines.avcc.state import STATE, Avcc
-from aigc_hub.store import engine as store_engine
+from aigc_hub.pipelines.avcc.state import Avcc
 from aigc_hub.tenancy import create_tenant
 from tests.conftest import service_missing
-from tests.support.avcc import apply, noise_png, sha
+from tests.support.avcc import AvccStack, apply, avcc_stack, noise_png, sha
 from tests.support.hubs import make_broker
-from tests.support.served import serve
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "aigc-hub.rules.yml"
 TOPIC = "topic.avcc.apply.created"
@@ -54,56 +42,22 @@ THRESHOLD = 1_000
 SCALED_OUT = 64
 
 
-@dataclass
-class LaggingStack:
-    """avcc's hub running every group but review-svc, the lag monitor sampling every
-    0.1 s, its API served on loopback."""
-
-    hub: Hub
-    api_url: str
-    stop: asyncio.Event
-    tasks: list[asyncio.Task[None]]
-
-    @property
-    def avcc(self) -> Avcc:
-        return self.hub.state_of(STATE)
-
-    def start_review(self) -> None:
-        """Bring review-svc up (with SCALED_OUT records in flight) until the stack stops."""
-        [spec] = [s for s in self.hub.handler_specs if s.group == REVIEW]
-        runtime = self.hub.runtime(spec, concurrency=SCALED_OUT)
-        self.tasks.append(asyncio.create_task(runtime.run(self.stop)))
-
-
 @contextlib.asynccontextmanager
-async def lagging_stack(db_url: str, tmp_path: Path) -> AsyncIterator[LaggingStack]:
-    """The avcc stack of ``tests.support.avcc`` (embedded log, local blobs), review-svc not
-    started."""
-    config = HubConfig(
-        engine=store_engine.create_engine(db_url),
-        broker=make_broker("embedded", tmp_path),
-        blobs=LocalBlobStore(tmp_path / "blobs", secret=b"test-blob-secret"),
-        lag_interval_s=0.1,  # the test waits on the monitor's samples: let them come often
-    )
-    settings = AvccSettings(log_key_path=str(tmp_path / "log-key.pem"))
-
-    def build(hub: Hub, _settings: object) -> Avcc:
-        return Avcc(
-            hub, settings, make_chain(hub, settings, tmp_path), StoredLikeness(hub.engine), tmp_path
-        )
-
-    hub = Hub(config, [avcc_pipeline.with_state(build)])
-    await hub.start()
-    others = [s.group for s in hub.handler_specs if s.group != REVIEW]
-    stop = asyncio.Event()
-    tasks = [asyncio.create_task(hub.run(stop, groups=others, lag=True))]
-    try:
-        async with serve(create_app(hub, limits=Limits(rate_per_s=5_000, burst=5_000))) as url:
-            yield LaggingStack(hub, url, stop, tasks)
-    finally:
-        stop.set()
-        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
-        await hub.close()
+async def lagging_stack(db_url: str, tmp_path: Path) -> AsyncIterator[AvccStack]:
+    """The avcc stack with review-svc not started and the lag monitor sampling every 0.1 s
+    (the test waits on its samples: let them come often)."""
+    others = ["avcc-code", "avcc-chain", "avcc-embed"]
+    broker = make_broker("embedded", tmp_path)
+    async with avcc_stack(
+        db_url,
+        broker,
+        tmp_path,
+        groups=others,
+        scan=False,
+        lag=True,
+        hub_options={"lag_interval_s": 0.1},
+    ) as stack:
+        yield stack
 
 
 async def apply_directly(avcc: Avcc, tenant_id: str, n: int) -> None:
@@ -260,7 +214,7 @@ async def test_review_stopped_past_1000_closes_the_gate_and_fires_the_alert_unti
             assert await gate_gauge(client) == 0
             promtool_evaluates(await exported_lag(client), tmp_path, fires=True)
 
-            stack.start_review()
+            stack.start_group(REVIEW, concurrency=SCALED_OUT)
             await until(lag_totals(client, 0), 120)
             admitted = await apply(client, noise_png(3))
             assert admitted.status_code == 201, admitted.text

@@ -18,29 +18,18 @@ import httpx
 import sqlalchemy as sa
 from prometheus_client import REGISTRY
 
-from aigc_hub.blobs.local import LocalBlobStore
 from aigc_hub.bootstrap import Hub
 from aigc_hub.core.clock import ManualClock
 from aigc_hub.core.errors import RetryableError
 from aigc_hub.core.failpoints import Failpoints
-from aigc_hub.hub_config import HubConfig
-from aigc_hub.interfaces.http.app import create_app
-from aigc_hub.interfaces.http.limits import Limits
 from aigc_hub.messaging import headers as h
 from aigc_hub.messaging.base import Broker
 from aigc_hub.messaging.catalog import DLQ_TOPIC
-from aigc_hub.pipelines.avcc.chains import make_chain
-from aigc_hub.pipelines.avcc.likeness import StoredLikeness
 from aigc_hub.pipelines.avcc.models import avcc_log_leaves, avcc_record_events, avcc_records
-from aigc_hub.pipelines.avcc.pipeline import pipeline as avcc_pipeline
-from aigc_hub.pipelines.avcc.settings import AvccSettings
-from aigc_hub.pipelines.avcc.state import Avcc
 from aigc_hub.reliability.dlq import DeadLetterStatus
-from aigc_hub.store import engine as store_engine
 from aigc_hub.tenancy import create_admin_key, create_tenant
-from tests.support.avcc import apply, noise_png
+from tests.support.avcc import AvccStack, apply, avcc_stack, noise_png
 from tests.support.hubs import DELAYED, IN_PROCESS, make_broker, wait_until
-from tests.support.served import serve
 
 CHAIN = "avcc-chain"
 PENDING_TOPIC = "topic.chain.tx.pending"
@@ -50,48 +39,33 @@ REASON = "chain node unreachable"
 
 @dataclass
 class ClockedStack:
-    """avcc's hub on a manual clock with the seeds' retry policies (no jitter), all its groups
-    running, its API served on loopback."""
+    """The avcc stack on a manual clock, and the parts the test drives."""
 
-    hub: Hub
+    stack: AvccStack
     broker: Broker
     clock: ManualClock
     failpoints: Failpoints
-    api_url: str
+
+    @property
+    def hub(self) -> Hub:
+        return self.stack.hub
+
+    @property
+    def api_url(self) -> str:
+        return self.stack.api_url
 
 
 @contextlib.asynccontextmanager
 async def clocked_stack(db_url: str, tmp_path: Path) -> AsyncIterator[ClockedStack]:
-    """The avcc stack of ``tests.support.avcc`` (embedded log, local blobs) on a ManualClock."""
+    """The avcc stack (embedded log, local blobs) on a ManualClock with the seeds' retry
+    policies (no jitter); no scanners (their leases would run on the manual clock too)."""
     clock, failpoints = ManualClock(), Failpoints()
     broker = make_broker("embedded", tmp_path, clock)
-    config = HubConfig(
-        engine=store_engine.create_engine(db_url),
-        broker=broker,
-        blobs=LocalBlobStore(tmp_path / "blobs", secret=b"test-blob-secret"),
-        clock=clock,
-        failpoints=failpoints,
-        in_process=IN_PROCESS,
-        delayed=DELAYED,
-    )
-    settings = AvccSettings(log_key_path=str(tmp_path / "log-key.pem"))
-
-    def build(hub: Hub, _settings: object) -> Avcc:
-        return Avcc(
-            hub, settings, make_chain(hub, settings, tmp_path), StoredLikeness(hub.engine), tmp_path
-        )
-
-    hub = Hub(config, [avcc_pipeline.with_state(build)])
-    await hub.start()
-    stop = asyncio.Event()
-    running = asyncio.create_task(hub.run(stop))
-    try:
-        async with serve(create_app(hub, limits=Limits(rate_per_s=5_000, burst=5_000))) as url:
-            yield ClockedStack(hub, broker, clock, failpoints, url)
-    finally:
-        stop.set()
-        await asyncio.wait_for(asyncio.gather(running, return_exceptions=True), 30)
-        await hub.close()
+    options = {"clock": clock, "in_process": IN_PROCESS, "delayed": DELAYED}
+    async with avcc_stack(
+        db_url, broker, tmp_path, failpoints=failpoints, scan=False, hub_options=options
+    ) as stack:
+        yield ClockedStack(stack, broker, clock, failpoints)
 
 
 def retries(kind: str) -> float:

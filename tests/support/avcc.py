@@ -9,8 +9,8 @@ import hashlib
 import io
 import random
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,15 @@ def sha(data: bytes) -> str:
 class AvccStack:
     hub: Hub
     api_url: str
+    stop: asyncio.Event
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def start_group(self, group: str, concurrency: int | None = None) -> None:
+        """Run consumer group ``group`` (one the stack was started without) until it stops."""
+        [spec] = [s for s in self.hub.handler_specs if s.group == group]
+        options = {} if concurrency is None else {"concurrency": concurrency}
+        runtime = self.hub.runtime(spec, **options)
+        self.tasks.append(asyncio.create_task(runtime.run(self.stop)))
 
     @property
     def avcc(self) -> Avcc:
@@ -146,48 +155,6 @@ async def wait_status(
         await asyncio.sleep(0.1)
 
 
-@contextlib.asynccontextmanager
-async def avcc_stack(
-    db_url: str,
-    broker: Broker,
-    tmp_path: Path,
-    *,
-    blobs: BlobStore | None = None,
-    cache: Cache | None = None,
-    failpoints: Failpoints | None = None,
-    groups: Sequence[str] | None = None,
-    **settings: Any,
-) -> AsyncIterator[AvccStack]:
-    """A started hub running avcc (every consumer group, or those in ``groups``), its API
-    served on loopback, until the block ends."""
-    config = HubConfig(
-        engine=store_engine.create_engine(db_url),
-        broker=broker,
-        blobs=blobs or LocalBlobStore(tmp_path / "blobs", secret=b"test-blob-secret"),
-        cache=cache,
-        failpoints=failpoints or Failpoints(),
-    )
-    values: dict[str, Any] = {"log_key_path": str(tmp_path / "log-key.pem")} | settings
-    avcc_settings = AvccSettings(**values)
-
-    def build(hub: Hub, _settings: object) -> Avcc:
-        chain = make_chain(hub, avcc_settings, tmp_path)
-        return Avcc(hub, avcc_settings, chain, StoredLikeness(hub.engine), tmp_path)
-
-    hub = Hub(config, [avcc_pipeline.with_state(build)])
-    await hub.start()
-    stop = asyncio.Event()
-    running = asyncio.create_task(hub.run(stop, groups, scan=True))
-    try:
-        app = create_app(hub, limits=Limits(rate_per_s=5_000, burst=5_000))
-        async with serve(app) as url:
-            yield AvccStack(hub, url)
-    finally:
-        stop.set()
-        await asyncio.wait_for(asyncio.gather(running, return_exceptions=True), 30)
-        await hub.close()
-
-
 def avcc_pipeline_in(tmp_path: Path, **settings: Any) -> Pipeline[Avcc]:
     """avcc whose state keeps its keys under ``tmp_path`` (the log's key, the C2PA CA), for a
     hub a test starts itself (the browser tests' console server)."""
@@ -199,3 +166,46 @@ def avcc_pipeline_in(tmp_path: Path, **settings: Any) -> Pipeline[Avcc]:
         return Avcc(hub, avcc_settings, chain, StoredLikeness(hub.engine), tmp_path)
 
     return avcc_pipeline.with_state(build)
+
+
+@contextlib.asynccontextmanager
+async def avcc_stack(
+    db_url: str,
+    broker: Broker,
+    tmp_path: Path,
+    *,
+    blobs: BlobStore | None = None,
+    cache: Cache | None = None,
+    failpoints: Failpoints | None = None,
+    groups: Sequence[str] | None = None,
+    scan: bool = True,
+    lag: bool = False,
+    hub_options: Mapping[str, Any] | None = None,
+    **settings: Any,
+) -> AsyncIterator[AvccStack]:
+    """A started hub running avcc (every consumer group, or those in ``groups``; the scanners
+    unless ``scan`` is False; the lag monitor when ``lag``), its API served on loopback, until
+    the block ends. ``hub_options`` are more ``HubConfig`` fields (a clock, retry policies,
+    the lag monitor's interval); ``settings`` are ``AvccSettings`` fields."""
+    config = HubConfig(
+        engine=store_engine.create_engine(db_url),
+        broker=broker,
+        blobs=blobs or LocalBlobStore(tmp_path / "blobs", secret=b"test-blob-secret"),
+        cache=cache,
+        failpoints=failpoints or Failpoints(),
+        **(hub_options or {}),
+    )
+    hub = Hub(config, [avcc_pipeline_in(tmp_path, **settings)])
+    await hub.start()
+    stop = asyncio.Event()
+    stack = AvccStack(hub, "", stop)
+    stack.tasks.append(asyncio.create_task(hub.run(stop, groups, scan=scan, lag=lag)))
+    try:
+        app = create_app(hub, limits=Limits(rate_per_s=5_000, burst=5_000))
+        async with serve(app) as url:
+            stack.api_url = url
+            yield stack
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*stack.tasks, return_exceptions=True), 30)
+        await hub.close()

@@ -18,7 +18,9 @@ DAY_MS = 24 * 3600 * 1000
 
 #: Where every consumer's exhausted or poisoned messages go.
 DLQ_TOPIC = "topic.system.dlq"
-#: Seed 000's retry topic; the runtime parks failing keys and re-publishes to it.
+#: Seed 000's retry topic, declared under its name; nothing is published to it: the runtime
+#: parks a failing key's head in the ``redeliveries`` table and redelivers it from there
+#: (docs/topics.md says why a table: only the failing key waits, the others flow).
 RETRY_TOPIC = "topic.system.retry"
 #: Where every pipeline's notifications travel (seed 004 §3.5.3 names it).
 NOTIFICATION_TOPIC = "notification.event"

@@ -4,8 +4,9 @@ Every event on ``topic.avcc.*``, ``topic.review.*`` and ``topic.chain.*`` is key
 ``avcc_record_id`` (§9.3.2): one work's events share a partition and are handled in order.
 The seed's envelope (``event_id``, ``timestamp``, ``source``, ``payload``) is the backbone's
 :class:`~aigc_hub.core.envelope.Envelope`, whose ``source`` names the seed's services
-(``code-svc``, ``review-svc``, ``chain-svc``). ``topic.system.retry`` and ``topic.system.dlq``
-are the backbone's (delayed redelivery and dead letters of every pipeline).
+(``code-svc``, ``review-svc``, ``chain-svc``). The retry stage (the seed's
+``topic.system.retry``) and ``topic.system.dlq`` are the backbone's: delayed redelivery from
+its ``redeliveries`` table, and the dead letters of every pipeline.
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ Consumer groups, each its own concurrency pool, each handled by its module in ``
 * ``avcc-embed`` — ``topic.avcc.code.issued`` → the C2PA manifest in the work.
 
 Failures follow the seed's §9.3.3 through the backbone: 1 s, 2 s, 4 s in the consumer, then
-``topic.system.retry``, then ``topic.system.dlq`` (re-injected from the console).
+the delayed redelivery (the seed's ``topic.system.retry`` stage: the backbone parks the
+failing key in its ``redeliveries`` table), then ``topic.system.dlq`` (re-injected from the
+console).
 """
 
 from __future__ import annotations
