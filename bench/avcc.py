@@ -51,7 +51,8 @@ import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-# The repository root, for tests.support: the avcc test stack and the EVM node.
+# This checkout's package, and its root for tests.support (the avcc stack, the EVM node).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.support.avcc import SETTLED, AvccStack, avcc_stack, noise_png, sha
