@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(PY) bench/generation.py
 	$(PY) bench/media.py
 	$(PY) bench/upload.py
+	$(PY) bench/avcc.py
 
 ## Regenerate the console screenshots in docs/images/ (system Chromium, a CJK font for Chinese).
 screenshots: $(STAMP)
