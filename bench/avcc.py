@@ -117,18 +117,23 @@ class Arrivals:
 
 
 async def upload_and_apply(client: httpx.AsyncClient, png: bytes, key: str) -> httpx.Response:
-    """What a tenant does: put the work in the hub's store, then apply for its code."""
-    # The content type matters: a body without one is read as JSON by the API's depth check.
-    stored = await client.post(
-        "/v1/avcc/works",
-        content=png,
-        params={"filename": "work.png"},
-        headers={"Content-Type": "image/png"},
-    )
-    if stored.status_code != 201:
-        return stored
+    """What a tenant does: put the work in the hub's store (a signed upload, then the PUT),
+    then apply for its code."""
+    work = {
+        "filename": "work.png",
+        "content_type": "image/png",
+        "size_bytes": len(png),
+        "content_hash": sha(png),
+    }
+    signed = await client.post("/v1/avcc/works", json=work)
+    if signed.status_code != 201:
+        return signed
+    upload = signed.json()["upload"]
+    put = await client.put(upload["url"], content=png, headers=upload["headers"])
+    if put.status_code >= 300:
+        return put
     body = {
-        "content_url": stored.json()["content_url"],
+        "content_url": signed.json()["content_url"],
         "content_hash": sha(png),
         "ai_tool_info": {"model_name": "Stable-Diffusion-XL", "model_version": "v1.0"},
         "priority": 5,

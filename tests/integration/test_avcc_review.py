@@ -37,6 +37,19 @@ async def test_a_hash_that_is_not_the_stored_bytes_is_refused_at_precheck(
             work = noise_png(1)
             tampered = sha(work[:-1] + bytes([work[-1] ^ 1]))
             answer = await apply(client, work, content_hash=tampered)
+            signed = await client.post(
+                "/v1/avcc/works",
+                json={
+                    "filename": "work.png",
+                    "content_type": "image/png",
+                    "size_bytes": len(work),
+                    "content_hash": sha(work),
+                },
+            )
+            upload = signed.json()["upload"]
+            other_bytes = await client.put(
+                upload["url"], content=work[:-1] + b"\x00", headers=upload["headers"]
+            )
             missing = await client.post(
                 "/v1/avcc/applications",
                 json={
@@ -51,6 +64,7 @@ async def test_a_hash_that_is_not_the_stored_bytes_is_refused_at_precheck(
     assert answer.json()["errors"] == [
         {"field": "body.content_hash", "message": "does not match the stored bytes"}
     ]
+    assert other_bytes.status_code in (400, 403)  # the signed upload takes these bytes only
     assert missing.status_code == 422
     assert missing.json()["errors"][0]["field"] == "body.content_url"
     assert records == []

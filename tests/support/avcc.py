@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import hashlib
 import io
+import mimetypes
 import random
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -92,9 +93,21 @@ class AvccStack:
 
 
 async def upload(client: httpx.AsyncClient, data: bytes, filename: str = "work.png") -> str:
-    """Put a work into the store through the API; its content_url."""
-    answer = await client.post("/v1/avcc/works", content=data, params={"filename": filename})
+    """Put a work into the store as a tenant does: a signed upload from the API, then the PUT
+    straight to the store; its content_url."""
+    content_type = mimetypes.guess_type(filename)[0] or "application/octet-stream"
+    body = {
+        "filename": filename,
+        "content_type": content_type,
+        "size_bytes": len(data),
+        "content_hash": sha(data),
+    }
+    answer = await client.post("/v1/avcc/works", json=body)
     assert answer.status_code == 201, answer.text
+    upload = answer.json()["upload"]
+    async with httpx.AsyncClient(base_url=str(client.base_url), trust_env=False) as anyone:
+        put = await anyone.put(upload["url"], content=data, headers=upload["headers"])
+    assert put.status_code in (200, 201, 204), put.text
     url: str = answer.json()["content_url"]
     return url
 

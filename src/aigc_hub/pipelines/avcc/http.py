@@ -3,9 +3,9 @@ public key, and the human review queue (admin keys: the reviewers)."""
 
 from __future__ import annotations
 
-import hashlib
 from typing import Annotated, Any
 
+import pydantic
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import PlainTextResponse
 
@@ -18,8 +18,10 @@ from aigc_hub.tenancy import Principal
 from . import human, services
 from .state import STATE, Avcc
 
-#: Largest work accepted through the API itself (bigger ones go straight into the store).
-MAX_UPLOAD_BYTES = 64 * 1024 * 1024
+#: Largest work one signed upload takes (S3's single PUT allows 5 GiB).
+UPLOAD_MAX_BYTES = 5 * 1024**3
+#: How long a signed upload stays usable.
+UPLOAD_URL_S = 3600
 
 
 def _avcc(request: Request) -> Avcc:
@@ -42,36 +44,39 @@ def _refused(exc: errors.InvalidInput) -> Problem:
     )
 
 
+class NewWork(pydantic.BaseModel):
+    """A work to put into the hub's store before applying for its code."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    filename: str = pydantic.Field("work", min_length=1, max_length=200)
+    content_type: str = pydantic.Field(min_length=3, max_length=100, examples=["image/png"])
+    size_bytes: int = pydantic.Field(ge=1, le=UPLOAD_MAX_BYTES)
+    content_hash: str = pydantic.Field(pattern=r"^sha256:[0-9a-f]{64}$")
+
+
 @router.post(
     "/works",
     status_code=201,
-    summary="Upload a work (up to 64 MiB) into the hub's store",
-    description="The body is the work's bytes. Answers the `content_url` and `content_hash` "
-    "to apply with. Larger works go into the store directly (S3) under `t/<tenant>/`.",
+    summary="Where to upload a work",
+    description="Answers the work's `content_url` and a signed upload: PUT the bytes to "
+    "`upload.url` with exactly `upload.headers`; the store refuses any other size or hash. "
+    "The bytes never pass through the API. Then apply with that `content_url`.",
 )
-async def upload_work(
-    request: Request,
-    who: kit.LimitedTenant,
-    avcc: AvccState,
-    filename: Annotated[str, Query(max_length=200)] = "work",
-) -> dict[str, Any]:
+async def upload_work(body: NewWork, who: kit.LimitedTenant, avcc: AvccState) -> dict[str, Any]:
     assert who.tenant_id is not None
-    length = int(request.headers.get("content-length") or 0)
-    if length > MAX_UPLOAD_BYTES:
-        raise Problem(413, f"the API takes works up to {MAX_UPLOAD_BYTES} bytes")
-    body = await request.body()
-    if not body:
-        raise Problem(422, "the body is the work's bytes; it is empty")
-    if len(body) > MAX_UPLOAD_BYTES:
-        raise Problem(413, f"the API takes works up to {MAX_UPLOAD_BYTES} bytes")
-    key = object_key(who.tenant_id, "avcc-work", ids.new_id_str(), safe_filename(filename))
-    await avcc.store.put(
-        key, body, request.headers.get("content-type") or "application/octet-stream"
+    filename = safe_filename(body.filename, default="work")
+    key = object_key(who.tenant_id, "avcc-work", ids.new_id_str(), filename)
+    put = await avcc.store.presign_put(
+        key,
+        UPLOAD_URL_S,
+        body.content_type,
+        size=body.size_bytes,
+        sha256=body.content_hash.removeprefix("sha256:"),
     )
     return {
         "content_url": f"blob:{key}",
-        "content_hash": f"sha256:{hashlib.sha256(body).hexdigest()}",
-        "size_bytes": len(body),
+        "upload": {"url": put.url, "headers": dict(put.headers), "expires_at": put.expires_at},
     }
 
 
