@@ -1,4 +1,5 @@
-"""avcc's pure decisions: the code's form and check character, and the review rubric."""
+"""avcc's pure decisions: the code's form and check character, the review rubric and the
+resemblance it weighs."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import pytest
 
 from aigc_hub.pipelines.avcc import rules
 from aigc_hub.pipelines.avcc.codes import InvalidCode, make_code, parse_code
+from aigc_hub.pipelines.avcc.fingerprints import Kind
+from aigc_hub.pipelines.avcc.likeness import similarity
 from aigc_hub.pipelines.avcc.rules import Findings
 
 
@@ -101,3 +104,22 @@ def test_a_reviewer_approves_with_a_level_or_rejects_without(
     decision: str, level: str | None, refused: bool
 ) -> None:
     assert (rules.human_may_grant(decision, level) is not None) is refused  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kind", "distance", "expected"),
+    [
+        (Kind.IMAGE, 0.0, 1.0),
+        (Kind.IMAGE, 24.0, 1.0),
+        (Kind.IMAGE, 28.0, 0.5),
+        (Kind.IMAGE, 32.0, 0.0),
+        (Kind.VIDEO, 45.0, 0.0),
+        (Kind.TEXT, 0.30, 1.0),
+        (Kind.TEXT, 0.45, 0.0),
+        (Kind.TEXT, 0.9, 0.0),
+    ],
+)
+def test_resemblance_runs_from_the_duplicate_line_to_zero_a_few_bits_past_it(
+    kind: Kind, distance: float, expected: float
+) -> None:
+    assert similarity(kind, distance) == pytest.approx(expected)

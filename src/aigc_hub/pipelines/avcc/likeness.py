@@ -7,8 +7,10 @@ rows coded since its last look before every search, so a copy of a work coded a 
 by another process is found too.
 
 ``similarity`` maps a distance onto [0, 1] for the rubric: 1 at the kind's duplicate line
-(``similarity.MAX_DISTANCE``), 0 at the distance of unrelated works (:data:`UNRELATED`),
-linear between.
+(``similarity.MAX_DISTANCE``), 0 from :data:`RESEMBLANCE_FROM` on, linear between. The band
+is narrow on purpose: among hundreds of coded works an unrelated picture's nearest one is
+still 40-50 bits away (measured by bench/avcc.py on noise pictures), so only distances close
+to the duplicate line say "this resembles a coded work".
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ from .models import avcc_fingerprints
 from .similarity import MAX_DISTANCE, FingerprintIndex
 from .state import Resemblance
 
-#: The distance of two unrelated works: half of 128 hash bits differ; cosine 0 for texts.
-UNRELATED = {Kind.IMAGE: 64.0, Kind.VIDEO: 64.0, Kind.TEXT: 1.0}
+#: Where resemblance starts: 8 bits (of 128) past the pictures' duplicate line; for texts a
+#: cosine of 0.55 (the same topic in other words measured up to 0.59).
+RESEMBLANCE_FROM = {Kind.IMAGE: 32.0, Kind.VIDEO: 32.0, Kind.TEXT: 0.45}
 #: How far back each look reaches past the latest ``coded_at`` seen.
 LATE_COMMIT_MARGIN_MS = 60_000
 _KINDS = {"image/jpeg": Kind.IMAGE, "image/png": Kind.IMAGE, "image/webp": Kind.IMAGE}
@@ -44,8 +47,8 @@ _KINDS |= {"video/mp4": Kind.VIDEO, "text/plain": Kind.TEXT}
 
 def similarity(kind: Kind, distance: float) -> float:
     """Resemblance in [0, 1] for the rubric (see the module docstring)."""
-    line, unrelated = MAX_DISTANCE[kind], UNRELATED[kind]
-    return max(0.0, min(1.0, (unrelated - distance) / (unrelated - line)))
+    line, start = MAX_DISTANCE[kind], RESEMBLANCE_FROM[kind]
+    return max(0.0, min(1.0, (start - distance) / (start - line)))
 
 
 class StoredLikeness:

@@ -47,7 +47,13 @@ class AvccSettings(BaseSettings):
         description="how long a G or P work may wait for others to share its chain "
         "transaction; O works never wait (the seed's seconds-level fast path)",
     )
-    batch_max: int = Field(256, ge=1, le=10_000, description="works per chain transaction")
+    batch_max: int = Field(
+        64,
+        ge=1,
+        le=10_000,
+        description="works per chain transaction; a full batch leaves at once, so keep it at "
+        "most the avcc-chain group's concurrency (64), or G works always wait the window",
+    )
     c2pa_cert_path: str = Field(
         "",
         description="PEM certificate chain the platform signs C2PA manifests with; empty = a "
