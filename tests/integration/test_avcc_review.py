@@ -164,3 +164,19 @@ async def test_a_need_human_work_waits_is_claimed_decided_audited_and_coded(
         ("avcc.review.claim", "claimed"),
         ("avcc.review.decide", "approved"),
     ]
+
+
+async def test_a_work_unreadable_as_its_type_is_rejected_with_the_reason(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    truncated = noise_png(5)[:80]  # a PNG's signature and header, then nothing
+    broker = make_broker("embedded", tmp_path)
+    async with (
+        avcc_stack(sqlite_url, broker, tmp_path) as stack,
+        stack.client(await stack.tenant("studio")) as client,
+    ):
+        record_id = (await apply(client, truncated)).json()["avcc_record_id"]
+        settled = (await wait_settled(client, [record_id]))[record_id]
+    assert settled["status"] == "REJECTED"
+    assert settled["status_reason"].startswith("content: ")
+    assert "not a readable image" in settled["status_reason"]

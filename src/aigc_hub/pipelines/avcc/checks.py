@@ -19,6 +19,7 @@ from aigc_hub.media.frames import sample_frames
 from aigc_hub.moderation import Decision, Verdict
 from aigc_hub.moderation.frame_checks import FROZEN
 
+from .fingerprints import still_frame
 from .rules import Findings, ModerationVerdict
 
 if TYPE_CHECKING:
@@ -62,13 +63,9 @@ async def examine(avcc: Avcc, row: Mapping[str, Any]) -> Examined:
         try:
             decision = await _moderate(avcc, path, row, scratch)
         except sandbox.MediaRefused as exc:  # not a readable work of its type: refused
-            found = Findings(
-                integrity_ok=True,
-                declaration_problems=(f"content: {exc.code}: {exc}"[:200],),
-                model_name=row["model_name"],
-                moderation="allow",
-            )
-            return Examined(found, None, {"media": exc.code})
+            return _unreadable(row, f"{exc.code}: {exc}", exc.code)
+        except InvalidInput as exc:
+            return _unreadable(row, str(exc), "unreadable")
         try:
             fingerprint = await avcc.likeness.fingerprint(path, row["content_type"], scratch)
         except (InvalidInput, sandbox.MediaRefused) as exc:  # unreadable as its type
@@ -105,6 +102,16 @@ async def examine(avcc: Avcc, row: Mapping[str, Any]) -> Examined:
     return Examined(findings, fingerprint, evidence, decision)
 
 
+def _unreadable(row: Mapping[str, Any], reason: str, code: str) -> Examined:
+    found = Findings(
+        integrity_ok=True,
+        declaration_problems=(f"content: {reason}"[:200],),
+        model_name=row["model_name"],
+        moderation="allow",
+    )
+    return Examined(found, None, {"media": code})
+
+
 def _integrity_failed() -> Examined:
     found = Findings(integrity_ok=False, declaration_problems=(), model_name="", moderation="allow")
     return Examined(found, None, {"integrity": "the stored bytes are missing or changed"})
@@ -125,11 +132,17 @@ async def _moderate(avcc: Avcc, path: Path, row: Mapping[str, Any], scratch: Pat
     if row["content_type"] == "text/plain":
         text = await asyncio.to_thread(_read_text, path)
         return await avcc.moderation.review_text(text, tenant_id=tenant)
-    limits = sandbox.MediaLimits(max_bytes=avcc.settings.max_content_bytes)
-    info = await probe.probe(path, limits, scratch_root=scratch)
-    frames = await sample_frames(path, info, scratch, limits=limits)
+    if row["content_type"].startswith("image/"):
+        # A still is one frame: decoded once here, not probed and sampled by FFmpeg.
+        frames = [await asyncio.to_thread(still_frame, path)]
+        duration_ms = 0
+    else:
+        limits = sandbox.MediaLimits(max_bytes=avcc.settings.max_content_bytes)
+        info = await probe.probe(path, limits, scratch_root=scratch)
+        frames = await sample_frames(path, info, scratch, limits=limits)
+        duration_ms = info.duration_ms
     decision = await avcc.moderation.review_frames(
-        frames, duration_ms=info.duration_ms, expected_duration_ms=None, tenant_id=tenant
+        frames, duration_ms=duration_ms, expected_duration_ms=None, tenant_id=tenant
     )
     if decision.verdict is not Verdict.ALLOW and set(decision.hit_rules) <= NOT_CONTENT_RULES:
         # A still shot is a legitimate work: "frozen" judges a generated output's quality,
