@@ -103,9 +103,14 @@ def test_two_workers_serve_creates_and_stop_on_ctrl_c(tmp_path: Path) -> None:
             time.sleep(0 if ready else 0.2)
         assert ready, "aigc-hub api --workers 2 never became ready"
         assert len(_workers_of(proc.pid)) == 2
-        answers = asyncio.run(_create_twice(base, key))
+        try:
+            answers = asyncio.run(_create_twice(base, key))
+        except httpx.TransportError as exc:
+            proc.send_signal(signal.SIGINT)
+            raise AssertionError(f"{exc!r}; the servers said:\n{proc.communicate(30)[0]}") from exc
     finally:
-        proc.send_signal(signal.SIGINT)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, output
     assert all(first.status_code == 201 for first, _ in answers), output
