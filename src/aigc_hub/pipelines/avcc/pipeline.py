@@ -46,8 +46,9 @@ pipeline.routers += [http.router, http.public_router, http.review_router]
 pipeline.scanner_with_state(scanners.StuckRecords)
 pipeline.scanner_with_state(scanners.UnknownAnchors)
 
-# Reviews read the work and run moderation and fingerprints: a few at a time per process.
-pipeline.handler_with_state("avcc-review", [events.APPLY_TOPIC], concurrency=4, timeout=600)(
+# Reviews wait on the store, threads (decoding, hashing) and the database: 8 at a time per
+# process keep the event loop busy without queueing behind one another (bench/avcc.py).
+pipeline.handler_with_state("avcc-review", [events.APPLY_TOPIC], concurrency=8, timeout=600)(
     review.on_apply
 )
 pipeline.handler_with_state(
