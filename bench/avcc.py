@@ -11,6 +11,12 @@ moves (``avcc_record_events.at``). The first ``--warmup`` seconds of arrivals ar
 The load generator shares the hub's process and event loop, so the script also prints
 due → coded (its own lateness and the upload included).
 
+With ``--workers N`` this process keeps the API, the relay and the scanners, and avcc's
+consumer groups run in N ``aigc-hub worker`` OS processes on the same SQLite file, embedded
+log, blob folder and log key (``--worker-groups`` splits the groups among them). The arrivals
+start once every group's members own all its partitions; the CPU printed then includes the
+workers' (from ``/proc/<pid>/stat``), and they are stopped with SIGTERM at the end.
+
 Part ``anchoring``: ``--anchor-works`` statements notarized through the ``Chain`` adapters
 directly, on a fresh SQLite file per run: ``LogChain``, and ``EvmChain`` against the py-evm
 node process of ``tests/support/evm_node.py``. Two ways, in alternating rounds:
@@ -24,6 +30,8 @@ Every run is bounded in count and time.
 
     python bench/avcc.py                                  # both parts
     python bench/avcc.py --part latency --rate 20 --seconds 30 --profile avcc-latency.txt
+    python bench/avcc.py --part latency --workers 2 \
+        --worker-groups 'avcc-review;avcc-code,avcc-chain,avcc-embed'
     python bench/avcc.py --part anchoring --anchor-works 2000 --rounds 3
 """
 
