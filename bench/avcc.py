@@ -11,6 +11,12 @@ moves (``avcc_record_events.at``). The first ``--warmup`` seconds of arrivals ar
 The load generator shares the hub's process and event loop, so the script also prints
 due → coded (its own lateness and the upload included).
 
+With ``--workers N`` this process keeps the API, the relay and the scanners, and avcc's
+consumer groups run in N ``aigc-hub worker`` OS processes on the same SQLite file, embedded
+log, blob folder and log key (``--worker-groups`` splits the groups among them). The arrivals
+start once every group's members own all its partitions; the CPU printed then includes the
+workers' (from ``/proc/<pid>/stat``), and they are stopped with SIGTERM at the end.
+
 Part ``anchoring``: ``--anchor-works`` statements notarized through the ``Chain`` adapters
 directly, on a fresh SQLite file per run: ``LogChain``, and ``EvmChain`` against the py-evm
 node process of ``tests/support/evm_node.py``. Two ways, in alternating rounds:
@@ -24,6 +30,8 @@ Every run is bounded in count and time.
 
     python bench/avcc.py                                  # both parts
     python bench/avcc.py --part latency --rate 20 --seconds 30 --profile avcc-latency.txt
+    python bench/avcc.py --part latency --workers 2 \
+        --worker-groups 'avcc-review;avcc-code,avcc-chain,avcc-embed'
     python bench/avcc.py --part anchoring --anchor-works 2000 --rounds 3
 """
 
@@ -38,11 +46,13 @@ import math
 import os
 import resource
 import secrets
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,12 +65,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.support.avcc import SETTLED, AvccStack, avcc_stack, noise_png, sha
+from tests.support.avcc import SETTLED, avcc_stack, noise_png, sha
 from tests.support.evm_node import EvmNode, running_node
 
+from aigc_hub.blobs.local import LocalBlobStore, load_or_create_secret
 from aigc_hub.core.errors import RetryableError
+from aigc_hub.messaging import embedded_schema as log_schema
 from aigc_hub.messaging.embedded import EmbeddedBroker
 from aigc_hub.observability.logging import configure_logging
+from aigc_hub.pipeline import HandlerSpec
 from aigc_hub.pipelines.avcc.adapters.base import Chain, Notarized
 from aigc_hub.pipelines.avcc.chains import EvmChain, LogChain
 from aigc_hub.pipelines.avcc.evm_tables import evm_anchors, evm_senders
@@ -76,6 +89,9 @@ from aigc_hub.store.tables import metadata
 
 #: A record's moves on the O path, in order; the split prints the time between neighbours.
 MOVES = ("APPLIED", "APPROVED", "ANCHORING", "ANCHORED", "CODED")
+#: avcc's consumer groups, in the order a work meets them.
+AVCC_GROUPS = ("avcc-review", "avcc-code", "avcc-chain", "avcc-embed")
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def percentile(ordered: Sequence[float], q: float) -> float:
@@ -275,62 +291,216 @@ def profiling(report: Path | None) -> Iterator[None]:
         report.write_text(profiler.output_text(unicode=True, show_all=False))
 
 
+# --- the consumer groups in `aigc-hub worker` processes (--workers) ----------------------------
+
+
+def worker_layout(workers: int, spec: str) -> list[list[str]]:
+    """The groups of each of ``workers`` processes: ``spec`` lists them per process, ';'
+    between processes and ',' between groups, repeated in turn when there are more processes
+    ("all" = every avcc group in each process, which then share the partitions)."""
+    if workers <= 0:
+        return []
+    kinds = [
+        list(AVCC_GROUPS) if part.strip() == "all" else [g.strip() for g in part.split(",")]
+        for part in spec.split(";")
+    ]
+    layout = [kinds[i % len(kinds)] for i in range(workers)]
+    unknown = {g for groups in layout for g in groups} - set(AVCC_GROUPS)
+    missing = set(AVCC_GROUPS) - {g for groups in layout for g in groups}
+    if unknown or missing:
+        raise SystemExit(
+            f"--worker-groups {spec!r} over {workers} processes: unknown {sorted(unknown)}, "
+            f"run by none {sorted(missing)}; the groups are {', '.join(AVCC_GROUPS)}"
+        )
+    return layout
+
+
+def worker_env(workdir: Path, db_url: str, duplicate_scope: str) -> dict[str, str]:
+    """A worker's settings: the bench hub's database, log, data dir (the C2PA CA), the log's
+    key and the blob folder, whose ``signing.key`` both sides read (``make_blobs``)."""
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+        "AIGC_HUB_BROKER": "embedded",
+        "AIGC_HUB_DATABASE_URL": db_url,
+        "AIGC_HUB_LOG_PATH": str(workdir / "log.db"),
+        "AIGC_HUB_DATA_DIR": str(workdir),
+        "AIGC_HUB_BLOB_URL": f"file://{workdir / 'blobs'}",
+        "AIGC_HUB_PIPELINES": "avcc",
+        "AIGC_HUB_AVCC_LOG_KEY_PATH": str(workdir / "log-key.pem"),
+        "AIGC_HUB_AVCC_DUPLICATE_SCOPE": duplicate_scope,
+        "AIGC_HUB_LOG_LEVEL": "WARNING",
+    }
+
+
+async def members_owning_all(log_path: Path, spec: HandlerSpec) -> int:
+    """Live members of ``spec``'s group if they own every partition of its topics, else 0."""
+    t, p, gp = log_schema.topics, log_schema.partitions, log_schema.group_partitions
+    tp_ids = sa.select(p.c.id).join(t, t.c.id == p.c.topic_id).where(t.c.name.in_(spec.topics))
+    now_ms = int(time.time() * 1000)
+    engine = store_engine.create_engine(f"sqlite:///{log_path}")
+    try:
+        async with engine.connect() as conn:
+            total = (
+                await conn.execute(sa.select(sa.func.count()).select_from(tp_ids.subquery()))
+            ).scalar_one()
+            owners = (
+                await conn.execute(
+                    sa.select(gp.c.owner).where(
+                        gp.c.grp == spec.group,
+                        gp.c.tp_id.in_(tp_ids),
+                        gp.c.owner.is_not(None),
+                        gp.c.lease_expires_ms > now_ms,
+                    )
+                )
+            ).all()
+    finally:
+        await engine.dispose()
+    return len({o.owner for o in owners}) if len(owners) == total else 0
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds of live process ``pid`` so far, its waited-for children (its tools)
+    included: utime + stime + cutime + cstime of /proc/<pid>/stat (psutil's source)."""
+    after_name = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    # after_name[0] is field 3 (state), so fields 14-17 are [11:15]
+    return sum(int(f) for f in after_name[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def start_worker(groups: Sequence[str], env: dict[str, str], out: Path) -> subprocess.Popen[bytes]:
+    """``aigc-hub worker --group …`` for ``groups``, its output appended to ``out``."""
+    command = [sys.executable, "-m", "aigc_hub", "worker"]
+    command += [arg for group in groups for arg in ("--group", group)]
+    with out.open("ab") as sink:
+        return subprocess.Popen(command, env=env, cwd=ROOT, stdout=sink, stderr=sink)
+
+
+@contextlib.asynccontextmanager
+async def worker_processes(
+    layout: Sequence[Sequence[str]],
+    env: dict[str, str],
+    specs: Sequence[HandlerSpec],
+    workdir: Path,
+    join_seconds: float = 60.0,
+) -> AsyncIterator[list[subprocess.Popen[bytes]]]:
+    """One ``aigc-hub worker`` process per entry of ``layout``, yielded once every group's
+    members (one per process that runs it) own all its partitions between them,
+    so no rebalance falls inside the measure; SIGTERMed at the end, killed after 30 s."""
+    out = workdir / "workers.log"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        procs += [start_worker(groups, env, out) for groups in layout]
+        log_path, deadline = workdir / "log.db", time.monotonic() + join_seconds
+        for spec in (s for s in specs if s.group in AVCC_GROUPS):
+            runners = sum(spec.group in groups for groups in layout)
+            while await members_owning_all(log_path, spec) < runners:
+                exited = [p.args for p in procs if p.poll() is not None]
+                if exited or time.monotonic() > deadline:
+                    tail = out.read_text(errors="replace")[-3000:]
+                    why = f"exited: {exited}" if exited else f"not within {join_seconds:g} s"
+                    raise SystemExit(f"{spec.group} did not join ({why}); workers' log:\n{tail}")
+                await asyncio.sleep(0.1)
+        yield procs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                await asyncio.to_thread(proc.wait, 30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                await asyncio.to_thread(proc.wait, 10)
+
+
 async def measure_latency(args: argparse.Namespace, workdir: Path) -> None:
-    """Part 1: the hub, the open-loop arrivals, the wait, the figures."""
+    """Part 1: the hub (and its workers), the open-loop arrivals, the wait, the figures."""
     url = f"sqlite:///{workdir / 'hub.db'}"
     migrate.upgrade(url)
     broker = EmbeddedBroker(workdir / "log.db")
     warmup = int(args.warmup * args.rate)
     total = warmup + int(args.seconds * args.rate)
     works = [noise_png(seed) for seed in range(total)]  # made before the clock starts
-    async with avcc_stack(url, broker, workdir, duplicate_scope=args.duplicate_scope) as stack:
+    layout = worker_layout(args.workers, args.worker_groups)
+    # The store as make_blobs builds it, so that worker processes sign and check with its key.
+    blobs = LocalBlobStore(workdir / "blobs", secret=load_or_create_secret(workdir / "blobs"))
+    async with (
+        avcc_stack(
+            url,
+            broker,
+            workdir,
+            blobs=blobs,
+            groups=[] if layout else None,
+            duplicate_scope=args.duplicate_scope,
+        ) as stack,
+        worker_processes(
+            layout,
+            worker_env(workdir, url, args.duplicate_scope),
+            stack.hub.handler_specs,
+            workdir,
+        ) as workers,
+    ):
         keys = [await stack.tenant(f"bench-studio-{t}") for t in range(args.tenants)]
         clients = [stack.client(key) for key in keys]
-        scope = "every" if args.duplicate_scope == "all" else "the tenant's"
-        print(
-            f"latency: {args.rate:g} applications/s open loop for {args.warmup:g} s warm-up + "
-            f"{args.seconds:g} s, O-level works (noise PNGs, a known AI tool) from "
-            f"{args.tenants} tenants; hub on embedded defaults (SQLite file, embedded log, "
-            f"local blobs, chain=log) and its API in this process; near-duplicates searched "
-            f"among {scope} coded works"
-        )
+        print(describe_latency(args, layout))
         print(f"  before: {machine_load()}")
         try:
             with profiling(args.profile):
                 cpu0, tools0, wall0 = time.process_time(), children_cpu(), time.monotonic()
-                batches0 = batches(stack)
+                workers0 = [process_cpu(w.pid) for w in workers]
+                heads0 = await chain_transactions(stack.hub.engine, "log")
                 seen = await arrive_open_loop(clients, works, args.rate, warmup)
                 ids = set(seen.due_ms) - seen.warmup_ids
                 settled = await wait_settled(stack.hub.engine, ids, args.max_wait)
                 cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
                 tools = children_cpu() - tools0
-                notary_batches = batches(stack) - batches0
+                in_workers = [
+                    process_cpu(w.pid) - c0 for w, c0 in zip(workers, workers0, strict=True)
+                ]
+                heads = await chain_transactions(stack.hub.engine, "log") - heads0
         finally:
             for client in clients:
                 await client.aclose()
         outcome = await read_outcome(stack.hub.engine, seen, ids)
     report_latency(args, seen, ids, settled, outcome)
-    per_work_ms = (cpu + tools) / total * 1000
+    spent = [("this process", cpu), ("its tools (ffprobe, ffmpeg)", tools)]
+    spent += [(f"worker {'+'.join(g)}", c) for g, c in zip(layout, in_workers, strict=True)]
+    per_work_ms = sum(c for _, c in spent) / total * 1000
     print(
-        f"  CPU: this process {cpu / wall:4.0%} of a core over {wall:.1f} s, its tools "
-        f"(ffprobe, ffmpeg) {tools / wall:4.0%}: {per_work_ms:.0f} ms per application, so "
-        f"{args.rate:g}/s needs {per_work_ms * args.rate / 1000:.1f} cores; chain batches "
-        f"{notary_batches} for {total} works"
+        f"  CPU over {wall:.1f} s, share of a core: "
+        + ", ".join(f"{name} {c / wall:4.0%}" for name, c in spent)
+        + f": {per_work_ms:.0f} ms per application, so {args.rate:g}/s needs "
+        f"{per_work_ms * args.rate / 1000:.1f} cores; chain batches (signed heads) {heads} "
+        f"for {total} works"
     )
     print(f"  after: {machine_load()}")
     if args.profile:
-        print(f"  profile written to {args.profile}")
+        print(f"  profile written to {args.profile} (this process only)")
+
+
+def describe_latency(args: argparse.Namespace, layout: Sequence[Sequence[str]]) -> str:
+    """The run's first line: the load, and which process runs what."""
+    scope = "every" if args.duplicate_scope == "all" else "the tenant's"
+    where = (
+        "its API and consumer groups in this process"
+        if not layout
+        else "its API, relay and scanners in this process, the consumer groups in "
+        f"{len(layout)} `aigc-hub worker` processes ("
+        + " | ".join(",".join(g.removeprefix("avcc-") for g in groups) for groups in layout)
+        + ")"
+    )
+    return (
+        f"latency: {args.rate:g} applications/s open loop for {args.warmup:g} s warm-up + "
+        f"{args.seconds:g} s, O-level works (noise PNGs, a known AI tool) from "
+        f"{args.tenants} tenants; hub on embedded defaults (SQLite file, embedded log, "
+        f"local blobs, chain=log), {where}; near-duplicates searched among {scope} coded works"
+    )
 
 
 def children_cpu() -> float:
     """CPU seconds of this process's finished children: the review's ffprobe and ffmpeg."""
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     return used.ru_utime + used.ru_stime
-
-
-def batches(stack: AvccStack) -> int:
-    """Chain transactions chain-svc's notary has made so far."""
-    return stack.avcc.notary.batches
 
 
 def report_latency(
@@ -558,6 +728,20 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--seconds", type=float, default=30.0, help="measured arrivals, seconds")
     ap.add_argument("--warmup", type=float, default=5.0, help="arrivals not counted, seconds")
     ap.add_argument("--tenants", type=int, default=4, help="tenants the arrivals rotate over")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="latency: run avcc's consumer groups in this many `aigc-hub worker` processes "
+        "instead of this one (0: everything in this process)",
+    )
+    ap.add_argument(
+        "--worker-groups",
+        default="all",
+        help="with --workers: each process's groups, ';' between processes, ',' between groups, "
+        "repeated in turn (e.g. 'avcc-review;avcc-code,avcc-chain,avcc-embed'); 'all' = every "
+        "avcc group in each process",
+    )
     ap.add_argument(
         "--duplicate-scope",
         choices=["all", "tenant"],
