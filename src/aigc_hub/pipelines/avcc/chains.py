@@ -98,16 +98,17 @@ class EvmChain:
         refs = await self.log.log.append([(s.entry_key, s.body) for s in statements])
         head = await self.log.log.seal()
         placed: list[Notarized] = []
-        new_anchor = None
+        # Leaves past the largest anchored tree are covered by none: only a redelivered
+        # statement (an older leaf) needs a look-up, so a fresh batch reads the anchors once.
+        top = await self._largest_anchored()
+        heads: dict[int, tuple[AnchorTx, SignedTreeHead]] = {}
         for statement, ref in zip(statements, refs, strict=True):
-            covering = await self._covering(ref.leaf_index)
-            if covering is None:
-                if new_anchor is None:
-                    new_anchor = await self.anchorer.anchor(head.tree_size, head.root_hash)
-                covering = new_anchor
-            covering_head = await self.log.log.head(covering.tree_size)
-            if covering_head is None:  # an anchor is only ever made of a signed head
-                raise ConfigurationError(f"anchored tree size {covering.tree_size} has no head")
+            size = await self._covering_size(ref.leaf_index) if ref.leaf_index < top else None
+            if size is None:
+                size = head.tree_size
+            if size not in heads:
+                heads[size] = await self._anchor_of(size)
+            covering, covering_head = heads[size]
             place = await self.log.place(statement, covering_head, ref.leaf_hash)
             anchor = {
                 "chain_id": covering.chain_id,
@@ -128,8 +129,20 @@ class EvmChain:
             )
         return placed
 
-    async def _covering(self, leaf_index: int) -> AnchorTx | None:
-        """The first confirmed or pending anchor whose tree includes leaf ``leaf_index``."""
+    async def _largest_anchored(self) -> int:
+        """The largest tree size with a live (sent or confirmed) anchor, 0 for none."""
+        async with reader(self._engine) as conn:
+            size = (
+                await conn.execute(
+                    sa.select(sa.func.max(evm_anchors.c.tree_size)).where(
+                        evm_anchors.c.status != "FAILED"
+                    )
+                )
+            ).scalar_one_or_none()
+        return int(size or 0)
+
+    async def _covering_size(self, leaf_index: int) -> int | None:
+        """The smallest anchored tree (sent or confirmed) that includes leaf ``leaf_index``."""
         async with reader(self._engine) as conn:
             size = (
                 await conn.execute(
@@ -138,13 +151,15 @@ class EvmChain:
                     )
                 )
             ).scalar_one_or_none()
-        if size is None:
-            return None
-        head = await self.log.log.head(int(size))
-        if head is None:  # an anchor is only ever made of a signed head
-            raise ConfigurationError(f"anchored tree size {size} has no signed head")
-        # Resumes (reconciles) an anchor left SENT; returns a confirmed one as recorded.
-        return await self.anchorer.anchor(int(size), head.root_hash)
+        return int(size) if size is not None else None
+
+    async def _anchor_of(self, size: int) -> tuple[AnchorTx, SignedTreeHead]:
+        """The anchor of the signed head of ``size``: sent now if it has none, resumed
+        (reconciled) if it was left SENT, as recorded if confirmed."""
+        signed = await self.log.log.head(size)
+        if signed is None:  # anchors are only ever made of signed heads
+            raise ConfigurationError(f"tree size {size} has no signed head")
+        return await self.anchorer.anchor(size, signed.root_hash), signed
 
     async def reconcile(self) -> int:
         """Anchors left SENT by a dead process, settled by reading the chain."""

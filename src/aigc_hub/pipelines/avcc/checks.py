@@ -69,13 +69,7 @@ async def examine(avcc: Avcc, row: Mapping[str, Any]) -> Examined:
         try:
             fingerprint = await avcc.likeness.fingerprint(path, row["content_type"], scratch)
         except (InvalidInput, sandbox.MediaRefused) as exc:  # unreadable as its type
-            found = Findings(
-                integrity_ok=True,
-                declaration_problems=(f"content: {exc}"[:200],),
-                model_name=row["model_name"],
-                moderation=_VERDICTS[decision.verdict],
-            )
-            return Examined(found, None, {"media": "unreadable"}, decision)
+            return _unreadable(row, str(exc), "unreadable", decision)
     nearest = (
         None
         if fingerprint is None
@@ -102,14 +96,18 @@ async def examine(avcc: Avcc, row: Mapping[str, Any]) -> Examined:
     return Examined(findings, fingerprint, evidence, decision)
 
 
-def _unreadable(row: Mapping[str, Any], reason: str, code: str) -> Examined:
+def _unreadable(
+    row: Mapping[str, Any], reason: str, code: str, decision: Decision | None = None
+) -> Examined:
+    """A work that cannot be read as its type: refused with the reason (and moderation's
+    decision when it ran before the failing step)."""
     found = Findings(
         integrity_ok=True,
         declaration_problems=(f"content: {reason}"[:200],),
         model_name=row["model_name"],
-        moderation="allow",
+        moderation=_VERDICTS[decision.verdict] if decision is not None else "allow",
     )
-    return Examined(found, None, {"media": code})
+    return Examined(found, None, {"media": code}, decision)
 
 
 def _integrity_failed() -> Examined:
