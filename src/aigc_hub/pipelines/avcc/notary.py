@@ -21,6 +21,8 @@ from .statements import Statement
 class _Waiting:
     statement: Statement
     done: asyncio.Future[Notarized]
+    #: The loop's time when it arrived: the window counts from the oldest waiter's arrival.
+    arrived: float = field(default_factory=lambda: asyncio.get_running_loop().time())
 
 
 @dataclass
@@ -48,9 +50,10 @@ class Notary:
     async def _run(self) -> None:
         while self._waiting:
             if not self._wake.is_set():
+                waited = asyncio.get_running_loop().time() - self._waiting[0].arrived
                 # A timeout here is the batch window closing, not a failure.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.window_s)
+                    await asyncio.wait_for(self._wake.wait(), max(0.0, self.window_s - waited))
             self._wake.clear()
             batch = self._waiting[: self.max_batch]
             del self._waiting[: self.max_batch]
