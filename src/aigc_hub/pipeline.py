@@ -31,12 +31,17 @@ if TYPE_CHECKING:
 
     from aigc_hub.bootstrap import Hub
     from aigc_hub.core.envelope import Envelope
+    from aigc_hub.messaging.base import Record
     from aigc_hub.reliability.scanners import Scanner
     from aigc_hub.runtime.context import HandlerContext
     from aigc_hub.settings import Settings
 
 #: A consumer handler: does its outside work, stages its writes on ``ctx``, returns events.
 Handler = Callable[["Envelope", "HandlerContext"], Awaitable[list["Envelope"]]]
+#: A stream handler (the telemetry road): takes a batch of raw records, in offset order per
+#: partition, and returns once it is done with all of them; the runtime then commits. It may
+#: see a batch again after a crash or a rebalance (at-least-once), so it is idempotent.
+StreamHandler = Callable[[Sequence["Record"]], Awaitable[None]]
 #: Why a consumer group must stop taking records now, or None to go on.
 PauseCheck = Callable[[], "str | None"]
 
@@ -148,6 +153,8 @@ StateFactory = Callable[["Hub", "Settings"], S]
 StateHandler = Callable[[S, "Envelope", "HandlerContext"], Awaitable[list["Envelope"]]]
 #: Builds a scanner from its pipeline's state.
 StateScannerFactory = Callable[[S], "Scanner"]
+#: Builds a stream handler from its pipeline's state (bound once, at hub start).
+StateStreamFactory = Callable[[S], StreamHandler]
 
 
 @runtime_checkable
@@ -196,12 +203,28 @@ class HandlerSpec:
 
 
 @dataclass(frozen=True)
+class StreamSpec:
+    """A consumer group on the telemetry road: raw records in batches, no envelope, no
+    inbox, no per-record retries or dead letters (see :data:`StreamHandler`)."""
+
+    group: str
+    topics: tuple[str, ...]
+    handler: StreamHandler
+    #: A batch is handed over when it holds this many records...
+    max_records: int = 5000
+    #: ... or when its first record has waited this long (seconds).
+    max_wait_s: float = 0.2
+    pipeline: str = ""
+
+
+@dataclass(frozen=True)
 class Started:
     """A pipeline inside one started hub: its built state, handlers and scanners bound to it."""
 
     state: object
     handlers: list[HandlerSpec]
     scanners: list[ScannerFactory]
+    streams: list[StreamSpec] = field(default_factory=list)
 
 
 @dataclass
@@ -213,6 +236,8 @@ class PipelineBase:
     topics: list[TopicSpec] = field(default_factory=list)
     events: list[EventSpec] = field(default_factory=list)
     handlers: list[HandlerSpec] = field(default_factory=list)
+    #: Consumer groups on the telemetry road (:meth:`stream`).
+    streams: list[StreamSpec] = field(default_factory=list)
     scanners: list[ScannerFactory] = field(default_factory=list)
     #: FastAPI routers mounted under ``/v1`` by the HTTP app.
     routers: list[APIRouter] = field(default_factory=list)
@@ -302,9 +327,27 @@ class PipelineBase:
 
         return register
 
+    def stream(
+        self,
+        group: str,
+        topics: Sequence[str],
+        *,
+        max_records: int = 5000,
+        max_wait_s: float = 0.2,
+    ) -> Callable[[StreamHandler], StreamHandler]:
+        """Function decorator: run ``fn(records)`` as stream group ``group`` over ``topics``."""
+
+        def register(fn: StreamHandler) -> StreamHandler:
+            self.streams.append(
+                StreamSpec(group, tuple(topics), fn, max_records, max_wait_s, self.name)
+            )
+            return fn
+
+        return register
+
     def start(self, hub: Hub, settings: Settings) -> Started:
         """This pipeline in a starting hub; a pipeline without state has nothing to build."""
-        return Started(None, list(self.handlers), list(self.scanners))
+        return Started(None, list(self.handlers), list(self.scanners), list(self.streams))
 
 
 @dataclass
@@ -319,6 +362,8 @@ class Pipeline(PipelineBase, Generic[S]):
     state_scanners: list[StateScannerFactory[S]] = field(default_factory=list)
     #: Pause checks of state handlers' groups, bound at :meth:`start` like the handlers.
     state_pauses: dict[str, Callable[[S], str | None]] = field(default_factory=dict)
+    #: Stream handlers built from the state, by group, bound at :meth:`start`.
+    state_streams: dict[str, StateStreamFactory[S]] = field(default_factory=dict)
 
     @property
     def key(self) -> StateKey[S]:
@@ -333,7 +378,7 @@ class Pipeline(PipelineBase, Generic[S]):
     def start(self, hub: Hub, settings: Settings) -> Started:
         """Build the state once and bind the handlers and scanners that receive it."""
         if self.state is None:
-            if self.state_handlers or self.state_scanners:
+            if self.state_handlers or self.state_scanners or self.state_streams:
                 raise TypeError(f"pipeline {self.name!r} uses state but declares no factory")
             return super().start(hub, settings)
         state = self.state(hub, settings)
@@ -351,7 +396,13 @@ class Pipeline(PipelineBase, Generic[S]):
             *self.scanners,
             *(_bound_scanner(factory, state) for factory in self.state_scanners),
         ]
-        return Started(state, handlers, scanners)
+        streams = [
+            replace(spec, handler=self.state_streams[spec.group](state))
+            if spec.group in self.state_streams
+            else spec
+            for spec in self.streams
+        ]
+        return Started(state, handlers, scanners, streams)
 
     def scanner_with_state(self, factory: StateScannerFactory[S]) -> StateScannerFactory[S]:
         """Register a scanner built from this pipeline's state (bound at hub start)."""
@@ -390,6 +441,45 @@ class Pipeline(PipelineBase, Generic[S]):
             return fn
 
         return register
+
+    def stream_with_state(
+        self,
+        group: str,
+        topics: Sequence[str],
+        *,
+        max_records: int = 5000,
+        max_wait_s: float = 0.2,
+    ) -> Callable[[StateStreamFactory[S]], StateStreamFactory[S]]:
+        """Like :meth:`stream`, for a factory ``make(state) -> handler`` called once at hub
+        start (the handler keeps what it builds from the state: a store, a model)."""
+
+        def register(make: StateStreamFactory[S]) -> StateStreamFactory[S]:
+            self.streams.append(
+                StreamSpec(
+                    group,
+                    tuple(topics),
+                    _unbound_stream(self.name, group),
+                    max_records,
+                    max_wait_s,
+                    self.name,
+                )
+            )
+            self.state_streams[group] = make
+            return make
+
+        return register
+
+
+def _unbound_stream(pipeline: str, group: str) -> StreamHandler:
+    """Stands in for a state stream handler until the hub starts (and binds the real one)."""
+
+    async def refuse(records: Sequence[Record]) -> None:
+        raise RuntimeError(
+            f"stream group {group!r} needs pipeline {pipeline!r}'s state: "
+            "run it through a started hub (Hub.start builds the state)"
+        )
+
+    return refuse
 
 
 def _bound(fn: StateHandler[S], state: S) -> Handler:

@@ -11,6 +11,7 @@ its ``redeliveries`` table, and the dead letters of every pipeline.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Literal
 
 import pydantic
@@ -24,14 +25,20 @@ PENDING_TOPIC = "topic.chain.tx.pending"
 CONFIRMED_TOPIC = "topic.chain.tx.confirmed"
 #: Ours (the seed has no topic for it): an issued code to embed into the work as C2PA.
 ISSUED_TOPIC = "topic.avcc.code.issued"
+#: Playback events from platform nodes (§9.2.4): the telemetry road, at-most-once.
+PLAYBACK_TOPIC = "topic.playback.event"
+#: Ours: purchases for settlement-svc, through the outbox (the reliable road), keyed by code.
+PURCHASE_TOPIC = "topic.avcc.purchase.recorded"
 
 APPLY_CREATED = "avcc.apply.created"
 REVIEW_FINISHED = "review.task.finished"
 TX_PENDING = "chain.tx.pending"
 TX_CONFIRMED = "chain.tx.confirmed"
 CODE_ISSUED = "avcc.code.issued"
+PURCHASE_RECORDED = "avcc.purchase.recorded"
 
 CODE_SVC, REVIEW_SVC, CHAIN_SVC = "code-svc", "review-svc", "chain-svc"
+GATEWAY_SVC, SETTLEMENT_SVC = "gateway-svc", "settlement-svc"
 
 TOPICS = (
     TopicSpec(APPLY_TOPIC, 6, 7 * DAY_MS, pipeline="avcc", note="seed 000 §9.1"),
@@ -44,6 +51,21 @@ TOPICS = (
         7 * DAY_MS,
         pipeline="avcc",
         note="not in the seed: issued codes to embed as C2PA; like the seed's avcc topics",
+    ),
+    TopicSpec(
+        PLAYBACK_TOPIC,
+        24,
+        3 * DAY_MS,
+        profile="telemetry",
+        pipeline="avcc",
+        note="seed 000 §9.1; at-most-once road (§9.3.1), keyed by avcc_code",
+    ),
+    TopicSpec(
+        PURCHASE_TOPIC,
+        6,
+        7 * DAY_MS,
+        pipeline="avcc",
+        note="not in the seed: purchases settlement-svc books, from the outbox; keyed by code",
     ),
 )
 
@@ -117,6 +139,38 @@ class CodeIssued(pydantic.BaseModel):
     avcc_code: str
 
 
+EventType = Literal["play", "complete", "purchase"]
+#: A code as §9.2.4 shows it (``MA.156.10005.8361/…``); its check character is checked apart.
+CODE_PATTERN = r"^MA\.[0-9]{3}\.[0-9]{3,8}\.[0-9]{2,8}/[0-9A-Z]{2,14}$"
+
+
+class PlaybackPayload(pydantic.BaseModel):
+    """§9.2.4: one play, completion or purchase of a coded work on a platform node."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    avcc_code: str = pydantic.Field(pattern=CODE_PATTERN)
+    platform_node: str = pydantic.Field(pattern=r"^[0-9]{2,8}$")
+    user_hash: str = pydantic.Field(min_length=1, max_length=100)
+    event_type: EventType
+    duration_sec: int = pydantic.Field(ge=0, le=7 * 86_400)
+    #: CNY with two decimals; more than 0 only on a purchase.
+    revenue_cny: Decimal = pydantic.Field(ge=0, le=1_000_000, max_digits=9, decimal_places=2)
+
+
+class PurchaseRecorded(pydantic.BaseModel):
+    """A purchase the gateway accepted, for settlement-svc to book (amounts in fen)."""
+
+    #: The node's ``event_id`` of the purchase: the ledger's business key.
+    purchase_id: str
+    avcc_code: str
+    platform_node: str
+    user_hash: str
+    revenue_fen: int = pydantic.Field(ge=0)
+    #: The purchase's own timestamp (epoch ms): the period it belongs to.
+    occurred_at: int
+
+
 def register(pipeline: PipelineBase) -> None:
     """Declare the topics and the event payloads with the topic each is routed to."""
     for spec in TOPICS:
@@ -126,3 +180,4 @@ def register(pipeline: PipelineBase) -> None:
     pipeline.event(TX_PENDING, topic=PENDING_TOPIC)(TxPending)
     pipeline.event(TX_CONFIRMED, topic=CONFIRMED_TOPIC)(TxConfirmed)
     pipeline.event(CODE_ISSUED, topic=ISSUED_TOPIC)(CodeIssued)
+    pipeline.event(PURCHASE_RECORDED, topic=PURCHASE_TOPIC)(PurchaseRecorded)

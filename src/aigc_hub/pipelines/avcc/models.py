@@ -121,6 +121,12 @@ avcc_fingerprints = sa.Table(
 # The chain's tables are declared beside their code; listed here so that every avcc table is
 # on the metadata once this module is imported (autogenerate, the schema check).
 from .evm_tables import evm_anchors, evm_senders  # noqa: E402
+from .settlement_tables import (  # noqa: E402
+    avcc_platform_nodes,
+    avcc_playback_anomalies,
+    avcc_settlement_periods,
+    settlement_ledger,
+)
 from .translog_tables import avcc_log_heads, avcc_log_leaves  # noqa: E402
 
 __all__ = [
@@ -128,9 +134,13 @@ __all__ = [
     "avcc_human_reviews",
     "avcc_log_heads",
     "avcc_log_leaves",
+    "avcc_platform_nodes",
+    "avcc_playback_anomalies",
     "avcc_record_events",
     "avcc_records",
     "avcc_review_reports",
+    "avcc_settlement_periods",
     "evm_anchors",
     "evm_senders",
+    "settlement_ledger",
 ]

@@ -77,3 +77,89 @@ class AvccSettings(BaseSettings):
         description="near-duplicates are looked for among every coded work (`all`) or only "
         "the applying tenant's",
     )
+
+    # -- playback telemetry (gateway-svc, clickhouse-sink, flink-job) ----------------------
+    analytics_url: str = Field(
+        "",
+        description="where playback events are stored: empty = DuckDB at "
+        "<data dir>/avcc/playback.duckdb; `duckdb:///path` for another file; "
+        "`clickhouse://user:password@host:8123/database` (or `https://`) for ClickHouse",
+    )
+    playback_max_events: int = Field(
+        5000, ge=1, le=50_000, description="events one POST /v1/avcc/playback may carry"
+    )
+    playback_max_age_s: int = Field(
+        3 * 86_400,
+        ge=60,
+        description="oldest event timestamp accepted (the topic keeps 3 days, seed 000 §9.1)",
+    )
+    playback_max_skew_s: int = Field(
+        300, ge=0, description="how far in the future an event's timestamp may be (node clocks)"
+    )
+    sink_batch_events: int = Field(
+        20_000, ge=1, le=1_000_000, description="events the analytics sink inserts at once"
+    )
+    sink_batch_wait_ms: int = Field(
+        500, ge=0, le=60_000, description="how long the sink waits to fill a batch"
+    )
+    # The detector's windows and thresholds (docs/avcc.md "Anomalies" says how each is used).
+    detector_window_s: int = Field(
+        1, ge=1, le=3600, description="tumbling event-time window of the anomaly detector"
+    )
+    detector_lateness_ms: int = Field(
+        1000, ge=0, le=600_000, description="how late an event may arrive and still count"
+    )
+    detector_idle_ms: int = Field(
+        2000,
+        ge=100,
+        description="a partition silent this long (processing time) no longer holds the "
+        "watermark back",
+    )
+    spike_factor: float = Field(
+        5.0, gt=1.0, description="a window's plays above this multiple of the code's baseline"
+    )
+    spike_min_plays: int = Field(50, ge=1, description="fewest plays in a window to call a spike")
+    spike_warmup_windows: int = Field(
+        10, ge=1, description="windows of a code's history before its spikes are judged"
+    )
+    ratio_floor: float = Field(
+        0.25,
+        gt=0.0,
+        lt=1.0,
+        description="complete/play ratio below this fraction of the code's baseline collapses",
+    )
+    ratio_min_plays: int = Field(
+        50, ge=1, description="fewest plays in a window to judge its complete/play ratio"
+    )
+    flood_events: int = Field(
+        60,
+        ge=2,
+        description="events from one user hash in one window that make a flood",
+    )
+    revenue_per_purchase_max_cny: float = Field(
+        500.0, gt=0, description="a purchase above this (CNY) is out of range"
+    )
+    revenue_z: float = Field(
+        6.0, gt=0, description="revenue per play this many deviations off the code's baseline"
+    )
+
+    # -- settlement (settlement-svc) -------------------------------------------------------
+    creator_share_bps: int = Field(
+        7000, ge=0, le=10_000, description="the work's tenant's share of a purchase (basis points)"
+    )
+    node_share_bps: int = Field(
+        2000,
+        ge=0,
+        le=10_000,
+        description="the reporting platform node's share (basis points); the hub keeps the "
+        "rest and every rounding remainder",
+    )
+    settlement_period_s: int = Field(
+        86_400, ge=60, description="length of a settlement period (UTC-aligned)"
+    )
+    settlement_grace_s: int = Field(
+        300,
+        ge=0,
+        description="how long after a period ends its late purchases are still booked into it "
+        "before it is sealed and notarized",
+    )
