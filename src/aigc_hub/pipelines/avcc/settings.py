@@ -96,12 +96,6 @@ class AvccSettings(BaseSettings):
     playback_max_skew_s: int = Field(
         300, ge=0, description="how far in the future an event's timestamp may be (node clocks)"
     )
-    sink_batch_events: int = Field(
-        20_000, ge=1, le=1_000_000, description="events the analytics sink inserts at once"
-    )
-    sink_batch_wait_ms: int = Field(
-        500, ge=0, le=60_000, description="how long the sink waits to fill a batch"
-    )
     # The detector's windows and thresholds (docs/avcc.md "Anomalies" says how each is used).
     detector_window_s: int = Field(
         1, ge=1, le=3600, description="tumbling event-time window of the anomaly detector"
