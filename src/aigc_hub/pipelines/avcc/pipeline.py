@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from aigc_hub.pipeline import Pipeline, TimelineEntry
 from aigc_hub.store.engine import reader
 
-from . import events, http, models, scanners
+from . import events, http, models, playback_http, scanners
 from .handlers import chain, code, embed, review
 from .settings import AvccSettings
 from .state import NAME, build_state
@@ -43,6 +43,7 @@ pipeline = Pipeline(
 )
 events.register(pipeline)
 pipeline.routers += [http.router, http.public_router, http.review_router]
+pipeline.routers += [playback_http.playback_router, playback_http.nodes_router]
 pipeline.scanner_with_state(scanners.StuckRecords)
 pipeline.scanner_with_state(scanners.UnknownAnchors)
 

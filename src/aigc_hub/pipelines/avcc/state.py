@@ -18,7 +18,9 @@ from aigc_hub.pipeline import StateKey
 
 from .adapters.base import Chain
 from .credentials import platform_signer
+from .nodes import NodeKeys
 from .notary import Notary
+from .playback import CodeChecks
 from .provenance import PlatformSigner
 from .settings import AvccSettings
 
@@ -67,12 +69,18 @@ class Avcc:
     data_dir: Path = Path("var")
     moderation: Moderation = field(default_factory=make_moderation)
     notary: Notary = field(init=False)
+    #: gateway-svc's memory: codes whose check character was judged, nodes' keys, and the
+    #: tenant of each issued code a purchase named (see ``gateway.py``).
+    code_checks: CodeChecks = field(default_factory=CodeChecks)
+    node_keys: NodeKeys = field(init=False)
+    code_owners: dict[str, str] = field(default_factory=dict)
     _signer: PlatformSigner | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.notary = Notary(
             self.chain, self.settings.batch_window_ms / 1000, self.settings.batch_max
         )
+        self.node_keys = NodeKeys(self.hub.engine)
 
     @property
     def store(self) -> BlobStore:
