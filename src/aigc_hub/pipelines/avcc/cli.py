@@ -225,3 +225,10 @@ def decide(
     """Decide a claimed work."""
     body = {"claim_token": claim_token, "decision": decision, "final_level": level, "note": note}
     _show(_call("POST", url, f"/avcc/reviews/{record_id}/decision", api_key, json=body))
+
+
+# Platform nodes and playback reports live in their own module; it imports the helpers above.
+from .playback_cli import nodes_app, playback_app  # noqa: E402
+
+app.add_typer(nodes_app, name="nodes")
+app.add_typer(playback_app, name="playback")
