@@ -75,7 +75,8 @@ class _Errors:
     def add(self, index: int, name: str, message: str) -> None:
         self.total += 1
         if len(self.found) < MAX_ERRORS:
-            self.found.append({"field": f"body.events[{index}].{name}", "message": message})
+            where = f"body.events[{index}]" + (f".{name}" if name else "")
+            self.found.append({"field": where, "message": message})
 
 
 def parse_batch(
