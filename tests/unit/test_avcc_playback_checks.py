@@ -10,7 +10,7 @@ from typing import Any
 import pydantic
 
 from aigc_hub.pipelines.avcc.events import PlaybackPayload
-from aigc_hub.pipelines.avcc.playback import _payload_errors
+from aigc_hub.pipelines.avcc.playback import CodeChecks, Limits, _explain, _is_good, _payload_errors
 
 NODE = "8361"
 GOOD: dict[str, Any] = {
@@ -57,3 +57,25 @@ def test_hand_checks_agree_with_the_schema() -> None:
         if type(payload["revenue_cny"]) in (int, float):
             as_schema["revenue_cny"] = Decimal(repr(payload["revenue_cny"]))
         assert _schema_accepts(as_schema) == (not list(_payload_errors(payload, NODE))), payload
+
+
+def test_the_fast_path_accepts_exactly_what_the_explanation_finds_nothing_in() -> None:
+    limits = Limits(10, oldest_ms=1_000, newest_ms=2_000)
+    checks = CodeChecks()
+    envelopes: list[dict[str, Any]] = [
+        {"event_id": "0190a0b4-1c2d-7e3f-8a9b-0c1d2e3f4a5b", "timestamp": 1_500},
+        {"event_id": "0190a0b4-1c2d-7e3f-8a9b-0c1d2e3f4a5", "timestamp": 1_500},
+        {"event_id": 7, "timestamp": 1_500},
+        {"event_id": "0190a0b4-1c2d-7e3f-8a9b-0c1d2e3f4a5b", "timestamp": 999},
+        {"event_id": "0190a0b4-1c2d-7e3f-8a9b-0c1d2e3f4a5b", "timestamp": 1_500.0},
+    ]
+    codes = [GOOD["avcc_code"], "MA.156.10005.8361/0000002QK", "MA.156.10005.8361/00"]
+    for payload in _cases():
+        for envelope in envelopes:
+            for code, reporter in itertools.product(codes, (NODE, "9999", 8361)):
+                changed = {"avcc_code": code, "platform_node": reporter}
+                item = {**envelope, "payload": {**payload, **changed}}
+                found = _explain(item, NODE, limits, checks)
+                assert _is_good(item, NODE, limits, checks) == (not found), (item, found)
+    assert not _is_good({"event_id": "x"}, NODE, limits, checks)
+    assert not _is_good({**envelopes[0], "payload": {"a": 1}}, NODE, limits, checks)

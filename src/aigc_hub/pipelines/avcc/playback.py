@@ -156,6 +156,49 @@ def _check(
     item: Any, node: str, limits: Limits, code_is_valid: Callable[[str], bool]
 ) -> list[tuple[str, str]]:
     """What is wrong with one event, as (field, message) pairs; [] when it is good."""
+    if _is_good(item, node, limits, code_is_valid):
+        return []
+    return _explain(item, node, limits, code_is_valid)
+
+
+def _is_good(item: Any, node: str, limits: Limits, code_is_valid: Callable[[str], bool]) -> bool:
+    """True exactly when :func:`_explain` finds nothing: the common case, judged in one
+    expression (no generator, no list) since it runs for every event."""
+    if type(item) is not dict or item.keys() != _ENVELOPE_KEYS:
+        return False
+    p, ts, event_id = item["payload"], item["timestamp"], item["event_id"]
+    if type(p) is not dict or p.keys() != _PAYLOAD_KEYS:
+        return False
+    code, user, kind = p["avcc_code"], p["user_hash"], p["event_type"]
+    duration, revenue = p["duration_sec"], p["revenue_cny"]
+    return (
+        type(event_id) is str
+        and _UUID.fullmatch(event_id) is not None
+        and type(ts) is int
+        and limits.oldest_ms <= ts <= limits.newest_ms
+        and p["platform_node"] == node
+        and type(user) is str
+        and 1 <= len(user) <= 100
+        and type(duration) is int
+        and 0 <= duration <= _MAX_DURATION_S
+        and type(code) is str
+        and code_is_valid(code)  # a code it accepts also matches events.CODE_PATTERN
+        and type(revenue) in (int, float)
+        and (
+            (kind in ("play", "complete") and revenue == 0)
+            or (
+                kind == "purchase"
+                and 0 < revenue <= _MAX_REVENUE_CNY
+                and abs(revenue * 100 - round(revenue * 100)) <= 1e-6
+            )
+        )
+    )
+
+
+def _explain(
+    item: Any, node: str, limits: Limits, code_is_valid: Callable[[str], bool]
+) -> list[tuple[str, str]]:
+    """Every fault of one event, as (field, message) pairs."""
     if type(item) is not dict or item.keys() != _ENVELOPE_KEYS:
         return [("", "an event is an object with event_id, timestamp and payload")]
     wrong = list(_envelope_errors(item, limits))
