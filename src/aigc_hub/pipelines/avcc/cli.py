@@ -22,7 +22,7 @@ import typer
 
 from aigc_hub.cli import kit
 
-app = kit.new_app("avcc", "Content codes: apply, get, codes, review, verify (offline).")
+app = kit.new_app("avcc", "Content codes: apply, get, codes, review, verify (offline), settlement.")
 review_app = kit.new_app("review", "The human review queue (admin key): list, claim, decide.")
 app.add_typer(review_app, name="review")
 
@@ -225,3 +225,10 @@ def decide(
     """Decide a claimed work."""
     body = {"claim_token": claim_token, "decision": decision, "final_level": level, "note": note}
     _show(_call("POST", url, f"/avcc/reviews/{record_id}/decision", api_key, json=body))
+
+
+# The settlement commands (``settlement_cli``) reuse the API helpers above; mounted last.
+call_api, show = _call, _show
+from . import settlement_cli  # noqa: E402
+
+app.add_typer(settlement_cli.app, name="settlement")
