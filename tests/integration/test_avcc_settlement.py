@@ -222,7 +222,10 @@ async def test_purchases_of_3_works_over_2_periods_reconcile_per_tenant_and_anch
             for line in ledger
         ]
         public_key = stack.avcc.chain.public_key_pem()
+        # code-svc read the settlement confirmations too, and let them be.
+        dead_letters = await hub.dlq.count()
 
+    assert dead_letters == 0
     for p in (p1, p2):
         mine = [(w, b) for w, b, q in bought if q == p]
         # Each tenant's statement: its 70 % of its works' purchases, to the fen, = its lines.
@@ -324,27 +327,42 @@ async def test_a_late_purchase_for_a_sealed_period_lands_in_the_next_open_one(
     assert still_open.status_code == 409 and still_open.json()["type"].endswith("period-open")
 
 
-async def test_purchases_that_cannot_be_booked_are_dead_lettered_with_their_reason(
+async def test_purchases_that_cannot_be_booked_and_a_nameless_batch_are_dead_lettered(
     sqlite_url: str, tmp_path: Path
 ) -> None:
     broker = make_broker("embedded", tmp_path)
     async with avcc_stack(
-        sqlite_url, broker, tmp_path, scan=False, groups=["avcc-settlement"], **SETTINGS
+        sqlite_url,
+        broker,
+        tmp_path,
+        scan=False,
+        groups=["avcc-settlement", "avcc-chain"],
+        **SETTINGS,
     ) as stack:
         hub = stack.hub
         now = int(time.time() * 1000)
         unknown = purchase("MA.156.10005.8361/0000ZZZZX", 100, now)
         too_long = purchase("MA.156.10005.8361/0000ZZZZX", 100, now, purchase_id="x" * 65)
-        await publish(hub, [envelope_of(unknown), envelope_of(too_long)])
+        # A settlement batch to notarize that does not say which batch.
+        nameless = Envelope.new(
+            events.TX_PENDING,
+            {"avcc_record_id": None, "chain_type": "settlement", "final_level": None,
+             "statement": "{}"},
+            key="settlement:0",
+            source=events.SETTLEMENT_SVC,
+            schema_version=2,
+        )  # fmt: skip
+        await publish(hub, [envelope_of(unknown), envelope_of(too_long), nameless])
 
         async def dead() -> bool:
-            return await hub.dlq.count() == 2
+            return await hub.dlq.count() == 3
 
         await wait_until(dead, timeout=60)
         letters = {letter.error_class: letter for letter in await hub.dlq.list()}
         booked = await line_count(hub)
     assert booked == 0
-    assert set(letters) == {"UnknownCode", "InvalidPurchase"}
+    assert set(letters) == {"UnknownCode", "InvalidPurchase", "PermanentError"}
+    assert "without settlement_batch_id" in letters["PermanentError"].error_message
     assert "no work was issued code MA.156.10005.8361/0000ZZZZX" in (
         letters["UnknownCode"].error_message
     )
