@@ -7,7 +7,9 @@ Consumer groups, each its own concurrency pool, each handled by its module in ``
 * ``avcc-code`` (code-svc) — ``topic.review.task.finished`` → to the chain;
   ``topic.chain.tx.confirmed`` → the code;
 * ``avcc-chain`` (chain-svc) — ``topic.chain.tx.pending`` → notarization, batched;
-* ``avcc-embed`` — ``topic.avcc.code.issued`` → the C2PA manifest in the work.
+* ``avcc-embed`` — ``topic.avcc.code.issued`` → the C2PA manifest in the work;
+* ``avcc-settlement`` (settlement-svc) — ``topic.avcc.purchase.recorded`` → the settlement
+  ledger; ``topic.chain.tx.confirmed`` (settlement batches) → the period ANCHORED.
 
 Failures follow the seed's §9.3.3 through the backbone: 1 s, 2 s, 4 s in the consumer, then
 the delayed redelivery (the seed's ``topic.system.retry`` stage: the backbone parks the
@@ -24,8 +26,16 @@ import sqlalchemy as sa
 from aigc_hub.pipeline import Pipeline, TimelineEntry
 from aigc_hub.store.engine import reader
 
-from . import events, http, models, playback_http, scanners
-from .handlers import chain, code, embed, review
+from . import (
+    events,
+    http,
+    models,
+    playback_http,
+    scanners,
+    settlement_http,
+    settlement_scanners,
+)
+from .handlers import chain, code, embed, review, settlement
 from .settings import AvccSettings
 from .state import NAME, build_state
 
@@ -46,6 +56,8 @@ pipeline.routers += [http.router, http.public_router, http.review_router]
 pipeline.routers += [playback_http.playback_router, playback_http.nodes_router]
 pipeline.scanner_with_state(scanners.StuckRecords)
 pipeline.scanner_with_state(scanners.UnknownAnchors)
+pipeline.routers += [settlement_http.router, settlement_http.admin_router]
+pipeline.scanner_with_state(settlement_scanners.SettlementPeriods)
 
 # Reviews wait on the store, threads (decoding, hashing) and the database: 8 at a time per
 # process keep the event loop busy without queueing behind one another (bench/avcc.py).
@@ -59,6 +71,9 @@ pipeline.handler_with_state(
 pipeline.handler_with_state("avcc-chain", [events.PENDING_TOPIC], concurrency=64, timeout=120)(
     chain.on_pending
 )
+pipeline.handler_with_state(
+    "avcc-settlement", [events.PURCHASE_TOPIC, events.CONFIRMED_TOPIC], concurrency=8
+)(settlement.on_event)
 pipeline.handler_with_state("avcc-embed", [events.ISSUED_TOPIC], concurrency=2, timeout=600)(
     embed.on_issued
 )

@@ -12,7 +12,7 @@ import typer
 
 from aigc_hub.cli import kit
 
-from .cli import DEFAULT_URL, ApiKey, ApiUrl, _call, _show
+from .cli import DEFAULT_URL, ApiKey, ApiUrl, call_api, show
 
 nodes_app = kit.new_app(
     "nodes", "Platform nodes that report playback (admin key): add, list, revoke."
@@ -38,13 +38,13 @@ def add(
     api_key: ApiKey = "",
 ) -> None:
     """Register a node; prints its key once (the hub keeps only a hash)."""
-    _show(_call("POST", url, "/avcc/admin/nodes", api_key, json={"code": code, "name": name}))
+    show(call_api("POST", url, "/avcc/admin/nodes", api_key, json={"code": code, "name": name}))
 
 
 @nodes_app.command("list")
 def list_nodes(url: ApiUrl = DEFAULT_URL, api_key: ApiKey = "") -> None:
     """Every registered node."""
-    _show(_call("GET", url, "/avcc/admin/nodes", api_key))
+    show(call_api("GET", url, "/avcc/admin/nodes", api_key))
 
 
 @nodes_app.command("revoke")
@@ -54,7 +54,7 @@ def revoke(
     api_key: ApiKey = "",
 ) -> None:
     """Revoke a node's key: its reports are refused from then on."""
-    _call("DELETE", url, f"/avcc/admin/nodes/{code}", api_key)
+    call_api("DELETE", url, f"/avcc/admin/nodes/{code}", api_key)
     typer.echo(f"node {code} revoked")
 
 
@@ -96,7 +96,7 @@ def send(
         body = {"events": [event for _, event in pending]}
         first = pending[0][0]
         try:
-            answer = _call("POST", url, "/avcc/playback", node_key, json=body, timeout=60)
+            answer = call_api("POST", url, "/avcc/playback", node_key, json=body, timeout=60)
         except kit.CommandError as exc:
             kit.fail(
                 f"{exc} [the batch from line {first} was not taken; {sent} before it were]",
@@ -112,4 +112,4 @@ def send(
             flush()
     if pending:
         flush()
-    _show({"accepted": sent, "purchases": purchases})
+    show({"accepted": sent, "purchases": purchases})

@@ -149,7 +149,10 @@ class AvccSettings(BaseSettings):
         "rest and every rounding remainder",
     )
     settlement_period_s: int = Field(
-        86_400, ge=60, description="length of a settlement period (UTC-aligned)"
+        86_400,
+        ge=60,
+        multiple_of=60,
+        description="length of a settlement period (UTC-aligned, whole minutes)",
     )
     settlement_grace_s: int = Field(
         300,
