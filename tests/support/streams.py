@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from aigc_hub.messaging.base import Broker, OutgoingMessage, Record
 from aigc_hub.messaging.catalog import DAY_MS, TopicSpec
-from aigc_hub.pipeline import Pipeline
+from aigc_hub.pipeline import Pipeline, StreamHandler
 
 PIPELINE = "streamtest"
 PARTITIONS = 4
@@ -59,7 +59,7 @@ class Recorder:
 def stream_pipeline(
     topic: str,
     group: str,
-    handler: Recorder,
+    handler: StreamHandler,
     *,
     max_records: int = 5000,
     max_wait_s: float = 0.2,
@@ -84,3 +84,15 @@ async def publish(broker: Broker, topic: str, n: int, *, start: int = 0) -> None
 async def lag_of(broker: Broker, group: str, topic: str) -> int:
     """The group's lag on ``topic``, summed over partitions, as the broker reports it."""
     return sum(p.lag for p in await broker.lag(group, [topic]))
+
+
+async def discard(records: Sequence[Record]) -> None:
+    """A sink that keeps nothing: tests of worker processes watch the committed offsets."""
+
+
+#: Topic and stream group of :data:`worker_pipeline`.
+WORKER_TOPIC = "test.playback"
+WORKER_GROUP = "stream-test-sink"
+#: A stream group for ``aigc-hub worker`` in a subprocess
+#: (``AIGC_HUB_PIPELINES=tests.support.streams:worker_pipeline``).
+worker_pipeline = stream_pipeline(WORKER_TOPIC, WORKER_GROUP, discard, max_wait_s=0.05)
