@@ -64,7 +64,13 @@ class AvccStack:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def start_group(self, group: str, concurrency: int | None = None) -> None:
-        """Run consumer group ``group`` (one the stack was started without) until it stops."""
+        """Run consumer group ``group`` (one the stack was started without) until it stops;
+        a stream group runs as one member (``concurrency`` is a handler group's option)."""
+        streams = [s for s in self.hub.stream_specs if s.group == group]
+        if streams:
+            runtime = self.hub.stream_runtime(streams[0])
+            self.tasks.append(asyncio.create_task(runtime.run(self.stop)))
+            return
         [spec] = [s for s in self.hub.handler_specs if s.group == group]
         options = {} if concurrency is None else {"concurrency": concurrency}
         runtime = self.hub.runtime(spec, **options)
