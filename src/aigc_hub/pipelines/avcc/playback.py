@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from aigc_hub.core.errors import PermanentError
 from aigc_hub.messaging.base import OutgoingMessage
 
 from . import events
@@ -40,7 +41,7 @@ _MAX_REVENUE_CNY = 1_000_000
 MAX_ERRORS = 20
 
 
-class BatchRefused(ValueError):
+class BatchRefused(PermanentError, ValueError):
     """The batch is refused whole; ``errors`` name the bad events (at most :data:`MAX_ERRORS`)."""
 
     def __init__(self, detail: str, errors: list[dict[str, str]], total: int = 0) -> None:
