@@ -25,7 +25,7 @@ from aigc_hub.pipeline import Pipeline, TimelineEntry
 from aigc_hub.store.engine import reader
 
 from . import events, http, models, scanners
-from .handlers import chain, code, embed, review
+from .handlers import chain, code, embed, review, sink
 from .settings import AvccSettings
 from .state import NAME, build_state
 
@@ -61,6 +61,11 @@ pipeline.handler_with_state("avcc-chain", [events.PENDING_TOPIC], concurrency=64
 pipeline.handler_with_state("avcc-embed", [events.ISSUED_TOPIC], concurrency=2, timeout=600)(
     embed.on_issued
 )
+
+# The seed's clickhouse-sink (telemetry road): MAX_RECORDS_MEASURED
+pipeline.stream_with_state(
+    sink.GROUP, [events.PLAYBACK_TOPIC], max_records=20_000, max_wait_s=0.5
+)(sink.make_sink)
 
 
 @pipeline.timeline

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 
 from aigc_hub.core.clock import Clock
 
@@ -78,13 +79,11 @@ class DuckDBAnalytics(QueriedStore):
                         stored = _count(cursor.fetchone())
                     finally:
                         cursor.unregister("batch_rows")
-                cursor.executemany(
-                    sql.DUCKDB_UPSERT_OFFSET,
-                    [
-                        {"topic": batch.topic, "partition": p, "next": n}
-                        for p, n in sorted(batch.reached.items())
-                    ],
-                )
+                cursor.register("batch_offsets", _offsets(batch.reached))
+                try:
+                    cursor.execute(sql.DUCKDB_UPSERT_OFFSETS, {"topic": batch.topic})
+                finally:
+                    cursor.unregister("batch_offsets")
                 write_ms = round((time.perf_counter() - started) * 1000)
                 cursor.execute(
                     sql.DUCKDB_INSERT_BATCH,
@@ -102,6 +101,17 @@ class DuckDBAnalytics(QueriedStore):
                 cursor.close()
             self._cursors.clear()
         self._connection.close()
+
+
+def _offsets(reached: dict[int, int]) -> pa.Table:
+    """The offsets a batch reached as a two-column table, partition order."""
+    partitions = sorted(reached)
+    return pa.table(
+        {
+            "source_partition": pa.array(partitions, pa.uint16()),
+            "next_offset": pa.array([reached[p] for p in partitions], pa.uint64()),
+        }
+    )
 
 
 def _count(row: tuple[object, ...] | None) -> int:
