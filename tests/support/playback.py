@@ -44,7 +44,9 @@ def playback_value(
 
 def record(partition: int, offset: int, value: bytes, key: str | None = CODES[0]) -> Record:
     """A record of the playback topic at ``partition``/``offset``."""
-    return Record(PLAYBACK_TOPIC, partition, offset, key, value, {"source": "gateway-svc"}, START_MS)
+    return Record(
+        PLAYBACK_TOPIC, partition, offset, key, value, {"source": "gateway-svc"}, START_MS
+    )
 
 
 def seeded_events(n: int, seed: int, partitions: int = 4) -> list[tuple[Record, str, Decimal]]:
@@ -58,7 +60,10 @@ def seeded_events(n: int, seed: int, partitions: int = 4) -> list[tuple[Record, 
         revenue = Decimal(rng.randrange(1, 100_000)) / 100 if kind == "purchase" else Decimal(0)
         code = rng.choice(CODES)
         value = playback_value(
-            code=code, event_type=kind, ts=START_MS + i * 250, revenue=revenue.quantize(Decimal("0.01"))
+            code=code,
+            event_type=kind,
+            ts=START_MS + i * 250,
+            revenue=revenue.quantize(Decimal("0.01")),
         )
         partition = rng.randrange(partitions)
         out.append((record(partition, next_offset[partition], value, code), kind, revenue))

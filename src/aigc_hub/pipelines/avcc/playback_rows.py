@@ -23,8 +23,8 @@ from decimal import Decimal
 
 import numpy as np
 import orjson
-import pyarrow as pa
-import pyarrow.compute as pc
+import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
+import pyarrow.compute as pc  # type: ignore[import-untyped]  # likewise
 
 from aigc_hub.messaging.base import Record
 

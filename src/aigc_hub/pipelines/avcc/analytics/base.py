@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Protocol
 
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
 
 #: ``ts`` bounds standing for "no bound" (epoch ms; one query text with or without them).
 NO_START = -(2**62)

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
 
 from aigc_hub.core.clock import Clock
 
@@ -59,7 +59,9 @@ class DuckDBAnalytics(QueriedStore):
         return cursor
 
     def _rows(self, query: str, parameters: Mapping[str, int | str]) -> list[Row]:
-        return self._cursor().execute(sql.bind_duckdb(query), dict(parameters)).fetchall()
+        rows: list[Row] = []
+        rows.extend(self._cursor().execute(sql.bind_duckdb(query), dict(parameters)).fetchall())
+        return rows
 
     async def write(self, batch: SinkBatch) -> None:
         """Store rows, offsets and the batch's note in one transaction (in a worker thread)."""

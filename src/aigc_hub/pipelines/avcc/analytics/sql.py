@@ -104,8 +104,7 @@ CLICKHOUSE_TABLES = (
 )
 #: The offsets the stored rows themselves reached (answered from the projection, not a scan).
 CLICKHOUSE_ROWS_REACHED = (
-    "SELECT source_partition, max(source_offset) + 1 FROM playback_events "
-    "GROUP BY source_partition"
+    "SELECT source_partition, max(source_offset) + 1 FROM playback_events GROUP BY source_partition"
 )
 
 # -- queries: the same text on both ----------------------------------------------------------
