@@ -37,6 +37,8 @@ REJECTED = Counter(
     ["reason"],
 )
 STORED = Counter("aigc_hub_avcc_playback_stored", "Playback rows the sink stored.")
+#: This group's metrics (docs/metrics.md lists them with the backbone's).
+METRICS = (REJECTED, STORED)
 _rejected = Children(REJECTED)
 
 
