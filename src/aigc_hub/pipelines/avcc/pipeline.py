@@ -62,10 +62,10 @@ pipeline.handler_with_state("avcc-embed", [events.ISSUED_TOPIC], concurrency=2, 
     embed.on_issued
 )
 
-# The seed's clickhouse-sink (telemetry road). A batch costs a fixed ~50-70 ms in DuckDB
-# (its commit) whatever its size, so rows/s grow with it: measured 14k/s at 1,000 records,
-# 30k/s at 5,000, 55k/s at 20,000 (a loaded 2-core machine). 20,000 it is; 0.5 s bounds the
-# wait of a quiet stream.
+# The seed's clickhouse-sink (telemetry road). A DuckDB batch costs a fixed ~35 ms (its
+# commit) whatever its size, so rows/s grow with it: measured on 2 shared cores 28k/s at
+# 1,000 records, 130k/s at 5,000, 153k/s at 20,000 (a third of that under heavy load).
+# 20,000 it is; 0.5 s bounds the wait of a quiet stream.
 pipeline.stream_with_state(sink.GROUP, [events.PLAYBACK_TOPIC], max_records=20_000, max_wait_s=0.5)(
     sink.make_sink
 )
