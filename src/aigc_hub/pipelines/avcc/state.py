@@ -17,6 +17,7 @@ from aigc_hub.moderation import Moderation, make_moderation
 from aigc_hub.pipeline import StateKey
 
 from .adapters.base import Chain
+from .analytics import AnalyticsStore, open_analytics
 from .credentials import platform_signer
 from .nodes import NodeKeys
 from .notary import Notary
@@ -75,6 +76,8 @@ class Avcc:
     node_keys: NodeKeys = field(init=False)
     code_owners: dict[str, str] = field(default_factory=dict)
     _signer: PlatformSigner | None = field(default=None, init=False, repr=False)
+    _analytics: AnalyticsStore | None = field(default=None, init=False, repr=False)
+    _analytics_opening: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.notary = Notary(
@@ -104,15 +107,27 @@ class Avcc:
                 )
         return self._signer
 
+    async def analytics(self) -> AnalyticsStore:
+        """The playback analytics store (``AIGC_HUB_AVCC_ANALYTICS_URL``), opened on first
+        use, once per process (a DuckDB file has one writer process); closed with the state."""
+        async with self._analytics_opening:
+            if self._analytics is None:
+                self._analytics = await open_analytics(
+                    self.settings.analytics_url, self.data_dir, clock=self.hub.clock
+                )
+        return self._analytics
+
     @property
     def failpoints(self) -> Failpoints:
         """The hub's failpoints (crash tests arm ``avcc.chain.after_submit``)."""
         return self.hub.failpoints
 
     async def close(self) -> None:
-        """Stop the notary and release the chain's connections."""
+        """Stop the notary, release the chain's connections, close the analytics store."""
         await self.notary.close()
         await self.chain.close()
+        if self._analytics is not None:
+            await self._analytics.close()
 
 
 #: The typed handle on a hub's Avcc (``kit.state_of(request, STATE)``).
