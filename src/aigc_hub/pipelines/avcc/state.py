@@ -18,6 +18,7 @@ from aigc_hub.pipeline import StateKey
 
 from .adapters.base import Chain
 from .analytics import AnalyticsStore, open_analytics
+from .analytics.opening import CLICKHOUSE_SCHEMES
 from .credentials import platform_signer
 from .nodes import NodeKeys
 from .notary import Notary
@@ -116,6 +117,18 @@ class Avcc:
                     self.settings.analytics_url, self.data_dir, clock=self.hub.clock
                 )
         return self._analytics
+
+    async def analytics_for_reading(self) -> AnalyticsStore | None:
+        """The analytics store for a reader beside the sink (the console, the admin API), or
+        None while reading would take it from the sink: a DuckDB file admits one process, so
+        a process that has not opened it (the sink runs elsewhere, or has stored nothing yet)
+        leaves it alone. ClickHouse serves every process."""
+        if self._analytics is not None:
+            return self._analytics
+        scheme = self.settings.analytics_url.partition("://")[0]
+        if scheme in CLICKHOUSE_SCHEMES:
+            return await self.analytics()
+        return None
 
     @property
     def failpoints(self) -> Failpoints:
