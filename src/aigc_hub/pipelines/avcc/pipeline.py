@@ -53,7 +53,11 @@ pipeline = Pipeline(
 )
 events.register(pipeline)
 pipeline.routers += [http.router, http.public_router, http.review_router]
-pipeline.routers += [playback_http.playback_router, playback_http.nodes_router]
+pipeline.routers += [
+    playback_http.playback_router,
+    playback_http.nodes_router,
+    playback_http.watch_router,
+]
 pipeline.scanner_with_state(scanners.StuckRecords)
 pipeline.scanner_with_state(scanners.UnknownAnchors)
 pipeline.routers += [settlement_http.router, settlement_http.admin_router]

@@ -17,7 +17,9 @@ from .cli import DEFAULT_URL, ApiKey, ApiUrl, call_api, show
 nodes_app = kit.new_app(
     "nodes", "Platform nodes that report playback (admin key): add, list, revoke."
 )
-playback_app = kit.new_app("playback", "Report playback events as a platform node: send.")
+playback_app = kit.new_app(
+    "playback", "Playback: send events as a platform node; stats and anomalies (admin key)."
+)
 
 NodeKey = Annotated[
     str,
@@ -113,3 +115,25 @@ def send(
     if pending:
         flush()
     show({"accepted": sent, "purchases": purchases})
+
+
+@playback_app.command("stats")
+def stats(
+    window_s: Annotated[int, typer.Option(min=10, max=86_400, help="Seconds looked back.")] = 900,
+    url: ApiUrl = DEFAULT_URL,
+    api_key: ApiKey = "",
+) -> None:
+    """The sink's lag and insert rate, stored totals, top codes, latest anomalies (admin)."""
+    show(call_api("GET", url, f"/avcc/admin/playback?window_s={window_s}", api_key))
+
+
+@playback_app.command("anomalies")
+def anomalies(
+    kind: Annotated[str | None, typer.Option(help="spike, ratio, flood or revenue.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
+    url: ApiUrl = DEFAULT_URL,
+    api_key: ApiKey = "",
+) -> None:
+    """Anomalies the detector found, newest first (admin)."""
+    query = f"?limit={limit}" + (f"&kind={kind}" if kind else "")
+    show(call_api("GET", url, f"/avcc/admin/playback/anomalies{query}", api_key))

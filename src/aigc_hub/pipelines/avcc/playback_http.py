@@ -3,22 +3,25 @@
 
 from __future__ import annotations
 
+import dataclasses
+from decimal import Decimal
 from typing import Annotated, Any
 
 import pydantic
 import sqlalchemy as sa
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from aigc_hub.core.errors import InvalidInput, RetryableError
 from aigc_hub.interfaces.http import kit
 from aigc_hub.interfaces.http.kit import Problem
 
-from . import events, gateway, nodes
+from . import events, gateway, nodes, playback_views
 from .playback import BatchRefused
 from .state import STATE, Avcc
 
 playback_router = APIRouter(prefix="/avcc", tags=["avcc playback"])
 nodes_router = APIRouter(prefix="/avcc/admin/nodes", tags=["avcc playback"])
+watch_router = APIRouter(prefix="/avcc/admin/playback", tags=["avcc playback"])
 
 
 def _avcc(request: Request) -> Avcc:
@@ -187,3 +190,43 @@ async def revoke_node(
     if not await nodes.revoke_node(avcc.hub.engine, code):
         raise kit.not_found("node")
     return Response(status_code=204)
+
+
+def _plain(value: Any) -> Any:
+    """A view's dataclasses as JSON values (money as its decimal text)."""
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+@watch_router.get(
+    "",
+    summary="Playback at a glance (admin)",
+    description="The analytics sink's lag beside its insert rate, the stored totals, plays per "
+    "code per bucket over the window, the top codes and the latest anomalies (what the "
+    "console's Playback page shows). `store_note` says why stored figures are missing.",
+)
+async def playback_summary(
+    who: kit.AdminPrincipal,
+    avcc: AvccState,
+    window_s: Annotated[int, Query(ge=10, le=86_400)] = 900,
+    bucket_s: Annotated[int, Query(ge=1, le=3600)] = 10,
+) -> dict[str, Any]:
+    view = await playback_views.playback_view(avcc, window_s=window_s, bucket_s=bucket_s)
+    result: dict[str, Any] = _plain(dataclasses.asdict(view))
+    return result
+
+
+@watch_router.get("/anomalies", summary="Anomalies the playback detector found (admin)")
+async def list_anomalies(
+    who: kit.AdminPrincipal,
+    avcc: AvccState,
+    kind: Annotated[str | None, Query(pattern=r"^[a-z_]{1,30}$")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> dict[str, Any]:
+    found = await playback_views.recent_anomalies(avcc, limit, kind)
+    return {"anomalies": [dataclasses.asdict(a) for a in found]}
