@@ -165,6 +165,18 @@ async def stopped_within(stop: asyncio.Event, seconds: float) -> bool:
     return True
 
 
+async def wait_either(first: asyncio.Event, second: asyncio.Event) -> None:
+    """Wait until either event is set."""
+    if first.is_set() or second.is_set():
+        return
+    waits = [asyncio.create_task(first.wait()), asyncio.create_task(second.wait())]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in waits:
+            task.cancel()
+
+
 def signal_for(path: str) -> Signal:
     """The signal of the log file at absolute ``path`` in the running event loop."""
     per_loop = _SIGNALS.setdefault(asyncio.get_running_loop(), {})
