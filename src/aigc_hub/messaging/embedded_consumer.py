@@ -89,12 +89,12 @@ class EmbeddedConsumer:
             if self._last_fetch >= self._next_rebalance:
                 await self._rebalance()
             wake.clear()  # an append from now on sets it again: none is missed
-            generation, rows = await self._read(max_records)
+            generation, batches = await self._read(max_records)
             if generation != self._generation:
                 await self._rebalance()  # someone joined or released: re-spread, then re-read
                 continue
-            if rows:
-                return reads.to_records(rows, self.broker.directory, self._positions)
+            if batches:
+                return reads.to_records(batches, self.broker.directory, self._positions)
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return []
@@ -306,8 +306,8 @@ class EmbeddedConsumer:
 
     # -- reading ---------------------------------------------------------------------------
 
-    async def _read(self, max_records: int) -> tuple[int, list[Any]]:
-        """The group's generation and up to ``max_records`` rows of owned partitions."""
+    async def _read(self, max_records: int) -> tuple[int, list[list[Any]]]:
+        """The group's generation and up to ``max_records`` owned rows, one list per partition."""
         async with self.broker.reading() as conn:
             shift = next(self._rotation)
             return await reads.read_owned(conn, self.group, self._positions, max_records, shift)

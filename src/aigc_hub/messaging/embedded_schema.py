@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
+import orjson
 import sqlalchemy as sa
+from sqlalchemy.dialects import sqlite
 
 metadata = sa.MetaData()
 
@@ -49,6 +51,27 @@ records = sa.Table(
     sa.Column("timestamp_ms", sa.BigInteger, nullable=False),
     sqlite_with_rowid=False,
 )
+
+#: The append statement in the driver's own form (qmark parameters in the table's column
+#: order), for ``executemany`` on tuples: see ``EmbeddedBroker.publish``.
+INSERT_RECORD = str(records.insert().compile(dialect=sqlite.dialect()))
+
+#: The headers column of a record without headers.
+NO_HEADERS = "{}"
+
+
+def encode_headers(headers: Mapping[str, str]) -> str:
+    """A record's headers as the JSON object text the ``headers`` column holds."""
+    return orjson.dumps(dict(headers)).decode() if headers else NO_HEADERS
+
+
+def decode_headers(text: str) -> dict[str, str]:
+    """The headers of a ``headers`` column (a fresh dict each time: records share none)."""
+    if text == NO_HEADERS:  # most telemetry records: no parse
+        return {}
+    headers: dict[str, str] = orjson.loads(text)
+    return headers
+
 
 #: Per group and partition: committed offset and the member holding it until its lease ends.
 group_partitions = sa.Table(
@@ -140,6 +163,18 @@ async def stopped_within(stop: asyncio.Event, seconds: float) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+async def wait_either(first: asyncio.Event, second: asyncio.Event) -> None:
+    """Wait until either event is set."""
+    if first.is_set() or second.is_set():
+        return
+    waits = [asyncio.create_task(first.wait()), asyncio.create_task(second.wait())]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in waits:
+            task.cancel()
 
 
 def signal_for(path: str) -> Signal:

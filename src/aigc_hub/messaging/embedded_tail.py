@@ -60,11 +60,11 @@ class EmbeddedTail:
         while not self._closed:
             self._wake.clear()  # an append from now on sets it again: none is missed
             async with broker.reading() as conn:
-                _, rows = await reads.read_owned(
+                _, batches = await reads.read_owned(
                     conn, None, self._positions, max_records, next(self._rotation)
                 )
-            if rows:
-                return reads.to_records(rows, broker.directory, self._positions)
+            if batches:
+                return reads.to_records(batches, broker.directory, self._positions)
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return []
