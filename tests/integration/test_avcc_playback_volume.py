@@ -126,7 +126,7 @@ async def anomalies(stack: AvccStack) -> set[tuple[str, str]]:
     return {(r.kind, r.subject) for r in rows}
 
 
-async def test_a_million_events_through_the_api_are_stored_whole_and_only_the_planted_anomalies_found(
+async def test_a_million_events_are_stored_whole_and_only_the_planted_anomalies_found(
     sqlite_url: str, tmp_path: Path
 ) -> None:
     async with avcc_stack(
