@@ -99,6 +99,9 @@ def stream(
             batch.append(_event(at, code, user, kind, Decimal("0.00")))
             sent.add(kind, Decimal("0.00"))
             p += 1
+            if len(batch) >= BATCH:
+                yield orjson.dumps({"events": batch})
+                batch = []
         roll = rng.random()
         kind = "purchase" if roll < 0.001 else "complete" if roll < 0.2 else "play"
         revenue = Decimal(rng.randint(100, 9999)) / 100 if kind == "purchase" else Decimal("0.00")
