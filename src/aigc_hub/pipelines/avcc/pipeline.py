@@ -7,7 +7,8 @@ Consumer groups, each its own concurrency pool, each handled by its module in ``
 * ``avcc-code`` (code-svc) — ``topic.review.task.finished`` → to the chain;
   ``topic.chain.tx.confirmed`` → the code;
 * ``avcc-chain`` (chain-svc) — ``topic.chain.tx.pending`` → notarization, batched;
-* ``avcc-embed`` — ``topic.avcc.code.issued`` → the C2PA manifest in the work.
+* ``avcc-embed`` — ``topic.avcc.code.issued`` → the C2PA manifest in the work;
+* ``avcc-detector`` (flink-job) — ``topic.playback.event`` → anomalies (a stream group).
 
 Failures follow the seed's §9.3.3 through the backbone: 1 s, 2 s, 4 s in the consumer, then
 the delayed redelivery (the seed's ``topic.system.retry`` stage: the backbone parks the
@@ -25,7 +26,7 @@ from aigc_hub.pipeline import Pipeline, TimelineEntry
 from aigc_hub.store.engine import reader
 
 from . import events, http, models, scanners
-from .handlers import chain, code, embed, review
+from .handlers import chain, code, detector, embed, review
 from .settings import AvccSettings
 from .state import NAME, build_state
 
@@ -61,6 +62,12 @@ pipeline.handler_with_state("avcc-chain", [events.PENDING_TOPIC], concurrency=64
 pipeline.handler_with_state("avcc-embed", [events.ISSUED_TOPIC], concurrency=2, timeout=600)(
     embed.on_issued
 )
+
+# The telemetry road: batches of up to 5000 records (100k events/s is 20 batches a second);
+# an empty batch after 0.2 s of silence is the tick that lets idle partitions go.
+pipeline.stream_with_state(
+    "avcc-detector", [events.PLAYBACK_TOPIC], max_records=5000, max_wait_s=0.2
+)(detector.make_detector)
 
 
 @pipeline.timeline
