@@ -23,7 +23,7 @@ from aigc_hub.bootstrap import Hub
 from aigc_hub.core.clock import ManualClock
 from aigc_hub.core.failpoints import Failpoints
 from aigc_hub.hub_config import HubConfig
-from aigc_hub.messaging.base import Consumer, OutgoingMessage
+from aigc_hub.messaging.base import Consumer, OutgoingMessage, Record, partition_for
 from aigc_hub.messaging.embedded import EmbeddedBroker
 from aigc_hub.pipelines.avcc import events
 from aigc_hub.pipelines.avcc.handlers import detector as detector_handler
@@ -226,9 +226,8 @@ async def test_malformed_and_late_records_are_counted_and_dropped(
         assert r.detector.malformed == 3
 
 
-def _as_record(message: OutgoingMessage, offset: int) -> Any:
-    from aigc_hub.messaging.base import Record, partition_for
-
+def _as_record(message: OutgoingMessage, offset: int) -> Record:
+    """The record the log would give back for ``message`` (another fetch of it)."""
     return Record(
         message.topic,
         partition_for(message.key, 24),
