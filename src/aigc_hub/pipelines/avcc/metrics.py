@@ -23,6 +23,9 @@ PLAYBACK_DROPPED = Counter(
     ["reason"],
 )
 
+#: The values of ``reason``.
+DROP_REASONS = ("late", "malformed")
+
 #: The labelled children, looked up once (``Children``).
 anomalies_of = Children(PLAYBACK_ANOMALIES)
 dropped_of = Children(PLAYBACK_DROPPED)

@@ -31,7 +31,7 @@ from aigc_hub.pipeline import StreamHandler
 from aigc_hub.store.dialects import dialect_of
 
 from .. import metrics
-from ..detector import Anomaly, Detector
+from ..detector import Anomaly, AnomalyKind, Detector
 from ..settings import AvccSettings
 from ..settlement_tables import avcc_playback_anomalies
 from ..state import Avcc
@@ -69,6 +69,12 @@ class PlaybackDetector:
         self.detector = Detector(settings)
         self.malformed = 0
         self._pending: list[Anomaly] = []
+        # Every series at 0 from the start: a counter born at 1 hides its first increase
+        # from increase(), and the alert rule is built on increase().
+        for kind in AnomalyKind:
+            metrics.anomalies_of(kind.value)
+        for reason in metrics.DROP_REASONS:
+            metrics.dropped_of(reason)
 
     async def __call__(self, records: Sequence[Record]) -> None:
         """Count ``records`` (or just tick, when empty), judge the windows that closed and
@@ -80,7 +86,7 @@ class PlaybackDetector:
         if self._pending:
             await self._write(self._pending, now_ms)
             for anomaly in self._pending:
-                metrics.anomalies_of(anomaly.kind).inc()
+                metrics.anomalies_of(anomaly.kind.value).inc()
                 log.warning(
                     "playback anomaly %s of %s in [%d, %d): observed %.4g, expected %.4g, "
                     "score %.3g",
