@@ -11,8 +11,9 @@ At least once: a batch seen again after a crash is counted again only by a new p
 window start), so a row is never written twice. The state lives in this process: a restart
 loses the open windows (their events were committed, so those windows are undercounted or
 missed) and every baseline (subjects are judged again after their warm-up). A write that
-fails keeps its findings for the next batch or tick and raises; records of the failed batch
-that come again fall in closed windows and are dropped as late, never counted twice.
+fails is logged and its findings are written with the next batch or tick (at most
+:data:`MAX_PENDING` kept); the handler does not raise for it, as a redelivered batch would be
+counted twice into the windows still open.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ log = logging.getLogger(__name__)
 #: Hit inside the write transaction, before the insert (fault tests arm it).
 BEFORE_WRITE = "avcc.detector.before_write"
 _UNIQUE = ["kind", "subject", "window_start"]
+#: Findings kept while the database refuses them; past this the oldest are dropped (a
+#: long outage must not grow the process without bound).
+MAX_PENDING = 10_000
 #: Rows per INSERT: 9 parameters a row stays far below SQLite's 32,766 variables. A batch's
 #: findings are one statement unless a burst of floods makes more (then one transaction).
 _ROWS_PER_STATEMENT = 1000
@@ -68,7 +72,8 @@ class PlaybackDetector:
         )
         self.detector = Detector(settings)
         self.malformed = 0
-        self._pending: list[Anomaly] = []
+        #: Findings not yet written (the database refused them), oldest first.
+        self.pending: list[Anomaly] = []
         # Every series at 0 from the start: a counter born at 1 hides its first increase
         # from increase(), and the alert rule is built on increase().
         for kind in AnomalyKind:
@@ -78,27 +83,38 @@ class PlaybackDetector:
 
     async def __call__(self, records: Sequence[Record]) -> None:
         """Count ``records`` (or just tick, when empty), judge the windows that closed and
-        write what was found; raises when the write fails (its findings wait for the next
-        call)."""
+        write what was found. A failed write is logged and its findings wait for the next
+        call: it does not raise, since the batch is already counted and counting it again
+        (a redelivery into windows still open) would double it."""
         now_ms = self.clock.now_ms()
         found = await asyncio.to_thread(self.consume, records, now_ms)
-        self._pending.extend(found)
-        if self._pending:
-            await self._write(self._pending, now_ms)
-            for anomaly in self._pending:
-                metrics.anomalies_of(anomaly.kind.value).inc()
-                log.warning(
-                    "playback anomaly %s of %s in [%d, %d): observed %.4g, expected %.4g, "
-                    "score %.3g",
-                    anomaly.kind,
-                    anomaly.subject,
-                    anomaly.window_start,
-                    anomaly.window_end,
-                    anomaly.observed,
-                    anomaly.expected,
-                    anomaly.score,
-                )
-            self._pending = []
+        self.pending.extend(found)
+        if not self.pending:
+            return
+        try:
+            await self._write(self.pending, now_ms)
+        except Exception as exc:
+            log.warning(
+                "playback anomalies not written (%d waiting, kept for the next batch): %r",
+                len(self.pending),
+                exc,
+            )
+            if len(self.pending) > MAX_PENDING:
+                del self.pending[: len(self.pending) - MAX_PENDING]
+            return
+        for anomaly in self.pending:
+            metrics.anomalies_of(anomaly.kind.value).inc()
+            log.warning(
+                "playback anomaly %s of %s in [%d, %d): observed %.4g, expected %.4g, score %.3g",
+                anomaly.kind,
+                anomaly.subject,
+                anomaly.window_start,
+                anomaly.window_end,
+                anomaly.observed,
+                anomaly.expected,
+                anomaly.score,
+            )
+        self.pending = []
 
     def consume(self, records: Sequence[Record], now_ms: int) -> list[Anomaly]:
         """Count the batch into the windows, move the watermark, judge what closed (pure
