@@ -32,6 +32,7 @@ from aigc_hub.pipeline import (
     Started,
     StateFactory,
     StateKey,
+    StreamSpec,
 )
 from aigc_hub.reliability import notifications
 from aigc_hub.reliability.admission import AdmissionGate
@@ -47,6 +48,7 @@ from aigc_hub.reliability.relay import Relay
 from aigc_hub.reliability.scanners import LeaderLeases, Scanner, ScannerRunner, default_owner
 from aigc_hub.runtime.committer import Committer
 from aigc_hub.runtime.consumer import ConsumerGroupRuntime, RuntimeDeps
+from aigc_hub.runtime.stream import STOP_GRACE_S, StreamRuntime
 from aigc_hub.schemas.registry import SchemaRegistry
 from aigc_hub.settings import Settings
 from aigc_hub.store import engine as store_engine
@@ -135,6 +137,7 @@ class Hub:
         )
         self.scanner_lease_ttl_ms = config.scanner_lease_ttl_ms
         self.relay_workers = max(1, config.relay_workers)
+        self._check_stream_groups()
         self.lag = LagMonitor(
             broker,
             self.clock,
@@ -203,12 +206,27 @@ class Hub:
         return [self.relay, *extra]
 
     def _watched_groups(self) -> dict[str, list[str]]:
+        """Every consumer group, handler and stream groups alike, with the topics it reads:
+        what the lag monitor samples."""
+        declared = [(s.group, s.topics) for s in self.handler_specs]
+        declared += [(s.group, s.topics) for s in self.stream_specs]
         groups: dict[str, list[str]] = {}
-        for spec in self.handler_specs:
-            groups.setdefault(spec.group, []).extend(
-                t for t in spec.topics if t not in groups.get(spec.group, [])
-            )
+        for group, topics in declared:
+            groups.setdefault(group, []).extend(t for t in topics if t not in groups.get(group, []))
         return groups
+
+    def _check_stream_groups(self) -> None:
+        """Refuse a stream group declared twice or named like a handler group: both would
+        join one broker group and take each other's partitions."""
+        handler_groups = {s.group for s in self.handler_specs}
+        seen: set[str] = set()
+        for spec in self.stream_specs:
+            if spec.group in handler_groups or spec.group in seen:
+                raise ConfigurationError(
+                    f"stream group {spec.group!r} (pipeline {spec.pipeline!r}) is declared "
+                    "more than once: a consumer group is either one stream group or handlers"
+                )
+            seen.add(spec.group)
 
     def scanners(self) -> list[Scanner]:
         """The backbone's scanners plus every pipeline's."""
@@ -236,10 +254,15 @@ class Hub:
         """Every consumer group of every included pipeline."""
         return [spec for p in self.pipelines for spec in self._started(p).handlers]
 
+    @property
+    def stream_specs(self) -> list[StreamSpec]:
+        """Every stream group (the telemetry road) of every included pipeline."""
+        return [spec for p in self.pipelines for spec in self._started(p).streams]
+
     def _started(self, pipeline: PipelineBase) -> Started:
         """The pipeline as started here; before start, as declared (state handlers unbound)."""
         return self.started.get(pipeline.name) or Started(
-            None, list(pipeline.handlers), list(pipeline.scanners)
+            None, list(pipeline.handlers), list(pipeline.scanners), list(pipeline.streams)
         )
 
     def runtime(self, spec: HandlerSpec, **options: object) -> ConsumerGroupRuntime:
@@ -249,6 +272,12 @@ class Hub:
         if self.middleware and "extra_middleware" not in options:
             options["extra_middleware"] = self.middleware
         return ConsumerGroupRuntime(spec, self.deps, **options)  # type: ignore[arg-type]
+
+    def stream_runtime(self, spec: StreamSpec, *, grace_s: float = STOP_GRACE_S) -> StreamRuntime:
+        """A runtime for one stream group (not started); it backs off on the hub's clock."""
+        return StreamRuntime(
+            spec, self.broker, clock=self.clock, failpoints=self.failpoints, grace_s=grace_s
+        )
 
     async def start(self) -> None:
         """Create the broker's topics (catalog + pipelines), then build each pipeline's
@@ -285,9 +314,10 @@ class Hub:
         scan: bool = False,
         lag: bool = False,
     ) -> None:
-        """Run the relay, the consumer groups (all, or those named), and optionally the
-        scanners and the lag monitor, until ``stop`` is set."""
+        """Run the relay, the consumer groups (all, or those named; handler and stream
+        groups alike), and optionally the scanners and the lag monitor, until ``stop`` is set."""
         specs = [s for s in self.handler_specs if groups is None or s.group in groups]
+        streams = [s for s in self.stream_specs if groups is None or s.group in groups]
         tasks = (
             [asyncio.create_task(r.run(stop), name="relay") for r in self.relays()] if relay else []
         )
@@ -296,6 +326,9 @@ class Hub:
         if lag:
             tasks.append(asyncio.create_task(self._observe(stop), name="lag-monitor"))
         tasks += [asyncio.create_task(self.runtime(s).run(stop), name=s.group) for s in specs]
+        tasks += [
+            asyncio.create_task(self.stream_runtime(s).run(stop), name=s.group) for s in streams
+        ]
         try:
             await asyncio.gather(*tasks)
         finally:

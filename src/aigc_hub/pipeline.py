@@ -40,7 +40,11 @@ if TYPE_CHECKING:
 Handler = Callable[["Envelope", "HandlerContext"], Awaitable[list["Envelope"]]]
 #: A stream handler (the telemetry road): takes a batch of raw records, in offset order per
 #: partition, and returns once it is done with all of them; the runtime then commits. It may
-#: see a batch again after a crash or a rebalance (at-least-once), so it is idempotent.
+#: see a batch again after a crash, a rebalance or its own failure (the runtime hands a batch
+#: that raised over again, after a back-off: nothing is skipped), so it is idempotent. When no
+#: record arrives for the group's ``max_wait_s`` it is called with an EMPTY batch, a tick:
+#: time-driven handlers close their windows on it. What it keeps in memory past its return is
+#: not redelivered after a crash (those offsets are committed).
 StreamHandler = Callable[[Sequence["Record"]], Awaitable[None]]
 #: Why a consumer group must stop taking records now, or None to go on.
 PauseCheck = Callable[[], "str | None"]

@@ -33,7 +33,7 @@ from aigc_hub.pipelines.avcc.settlement_tables import avcc_playback_anomalies
 from aigc_hub.pipelines.avcc.state import STATE
 from aigc_hub.store import engine as store_engine
 from tests.support.avcc import avcc_pipeline_in
-from tests.support.playback import CODES, Plan, Traffic, envelope
+from tests.support.playback_traffic import CODES, Plan, Traffic, envelope
 
 WINDOWS = 100
 IDLE_MS = 2000

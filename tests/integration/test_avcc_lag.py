@@ -10,16 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import subprocess
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Any
 
 import httpx
-import yaml  # type: ignore[import-untyped]  # types-PyYAML is not in the dev extra
-from prometheus_client.parser import text_string_to_metric_families
 
 from aigc_hub.blobs.keys import object_key
 from aigc_hub.core import ids
@@ -27,14 +21,18 @@ from aigc_hub.pipelines.avcc import services
 from aigc_hub.pipelines.avcc.events import AiToolInfo
 from aigc_hub.pipelines.avcc.state import Avcc
 from aigc_hub.tenancy import create_tenant
-from tests.conftest import service_missing
+from tests.support.alerts import (
+    exported_lag,
+    lag_totals,
+    promtool_evaluates_lag,
+    scrape,
+    until,
+)
 from tests.support.avcc import AvccStack, apply, avcc_stack, noise_png, sha
 from tests.support.hubs import make_broker
 
-RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "aigc-hub.rules.yml"
 TOPIC = "topic.avcc.apply.created"
 REVIEW = "avcc-review"
-LAG_METRIC = "aigc_hub_consumer_lag_records"
 ALERT = "AigcHubApplyCreatedLagHigh"
 #: The seed's line (lag > 1,000): this many waiting do not cross it, one more does.
 THRESHOLD = 1_000
@@ -86,26 +84,6 @@ async def apply_directly(avcc: Avcc, tenant_id: str, n: int) -> None:
         await asyncio.gather(*(one(i) for i in range(start, min(n, start + 100))))
 
 
-async def scrape(client: httpx.AsyncClient, name: str) -> list[tuple[dict[str, str], float]]:
-    """The samples of metric ``name`` that ``/metrics`` exports: (labels, value) each."""
-    text = (await client.get("/metrics")).text
-    return [
-        (sample.labels, sample.value)
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == name
-    ]
-
-
-async def exported_lag(client: httpx.AsyncClient) -> dict[str, float]:
-    """review-svc's lag on the topic per partition, as ``/metrics`` exports it."""
-    return {
-        labels["partition"]: value
-        for labels, value in await scrape(client, LAG_METRIC)
-        if labels["group"] == REVIEW and labels["topic"] == TOPIC
-    }
-
-
 async def gate_gauge(client: httpx.AsyncClient) -> float:
     """``aigc_hub_admission_gate_open{pipeline="avcc"}`` as exported."""
     samples = await scrape(client, "aigc_hub_admission_gate_open")
@@ -113,80 +91,8 @@ async def gate_gauge(client: httpx.AsyncClient) -> float:
     return value
 
 
-def lag_totals(client: httpx.AsyncClient, total: float) -> Callable[[], Awaitable[bool]]:
-    """A condition: the exported lag, summed over partitions, is ``total``."""
-
-    async def reached() -> bool:
-        return sum((await exported_lag(client)).values()) == total
-
-    return reached
-
-
-async def until(reached: Callable[[], Awaitable[bool]], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await reached():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not reached in time")
-        await asyncio.sleep(0.05)
-
-
-def _promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        service_missing("promtool", "install the Debian package 'prometheus' to get it")
-        raise AssertionError("unreachable")
-    return found
-
-
-def _humanize(value: float) -> str:
-    """Prometheus' ``humanize`` (``%.4g`` and an SI prefix) for values below a million."""
-    return f"{value / 1000:.4g}k" if value >= 1000 else f"{value:.4g}"
-
-
-def _expected_alert(total: float) -> dict[str, Any]:
-    """The alert as the real rule renders it for review-svc lagging ``total`` records."""
-    data = yaml.safe_load(RULES.read_text())
-    rule = next(r for g in data["groups"] for r in g["rules"] if r["alert"] == ALERT)
-    rendered = {
-        name: text.replace("{{ $labels.group }}", REVIEW)
-        .replace("{{ $labels.topic }}", TOPIC)
-        .replace("{{ $value | humanize }}", _humanize(total))
-        for name, text in rule["annotations"].items()
-    }
-    labels = {**rule["labels"], "group": REVIEW, "topic": TOPIC}
-    return {"exp_labels": labels, "exp_annotations": rendered}
-
-
 def promtool_evaluates(lag: Mapping[str, float], tmp_path: Path, *, fires: bool) -> None:
-    """``promtool test rules`` on the real rule file, fed the exported per-partition samples:
-    ALERT fires (its labels and rendered annotations) or stays quiet."""
-    series = [
-        {
-            "series": f'{LAG_METRIC}{{group="{REVIEW}", topic="{TOPIC}", partition="{p}"}}',
-            "values": f"{value:g}x2",
-        }
-        for p, value in sorted(lag.items())
-    ]
-    case = {
-        "eval_time": "1m",
-        "alertname": ALERT,
-        "exp_alerts": [_expected_alert(sum(lag.values()))] if fires else [],
-    }
-    test = {
-        "rule_files": [str(RULES)],
-        "evaluation_interval": "1m",
-        "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": [case]}],
-    }
-    path = tmp_path / ("fires.test.yml" if fires else "quiet.test.yml")
-    path.write_text(yaml.safe_dump(test, sort_keys=False))
-    result = subprocess.run(
-        [_promtool(), "test", "rules", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    promtool_evaluates_lag(ALERT, REVIEW, TOPIC, lag, tmp_path, fires=fires)
 
 
 async def test_review_stopped_past_1000_closes_the_gate_and_fires_the_alert_until_drained(
@@ -199,11 +105,11 @@ async def test_review_stopped_past_1000_closes_the_gate_and_fires_the_alert_unti
             base_url=stack.api_url, headers={"Authorization": f"Bearer {key}"}, trust_env=False
         ) as client:
             # 1,000 waiting is on the line, not past it: the API still admits
-            await until(lag_totals(client, THRESHOLD), 30)
+            await until(lag_totals(client, REVIEW, TOPIC, THRESHOLD), 30)
             on_the_line = await apply(client, noise_png(1))
             assert on_the_line.status_code == 201, on_the_line.text
 
-            await until(lag_totals(client, THRESHOLD + 1), 30)
+            await until(lag_totals(client, REVIEW, TOPIC, THRESHOLD + 1), 30)
             refused = await apply(client, noise_png(2))
             assert refused.status_code == 429, refused.text
             assert 1 <= int(refused.headers["retry-after"]) <= 300
@@ -212,11 +118,11 @@ async def test_review_stopped_past_1000_closes_the_gate_and_fires_the_alert_unti
             assert problem["status"] == 429 and problem["pipeline"] == "avcc"
             assert f"{REVIEW} is {THRESHOLD + 1} records behind on {TOPIC}" in problem["detail"]
             assert await gate_gauge(client) == 0
-            promtool_evaluates(await exported_lag(client), tmp_path, fires=True)
+            promtool_evaluates(await exported_lag(client, REVIEW, TOPIC), tmp_path, fires=True)
 
             stack.start_group(REVIEW, concurrency=SCALED_OUT)
-            await until(lag_totals(client, 0), 120)
+            await until(lag_totals(client, REVIEW, TOPIC, 0), 120)
             admitted = await apply(client, noise_png(3))
             assert admitted.status_code == 201, admitted.text
             assert await gate_gauge(client) == 1
-            promtool_evaluates(await exported_lag(client), tmp_path, fires=False)
+            promtool_evaluates(await exported_lag(client, REVIEW, TOPIC), tmp_path, fires=False)

@@ -30,6 +30,7 @@ from aigc_hub.interfaces.http.limits import Limits
 from aigc_hub.messaging.base import Broker
 from aigc_hub.pipeline import Pipeline
 from aigc_hub.pipelines.avcc.chains import make_chain
+from aigc_hub.pipelines.avcc.codes import make_code
 from aigc_hub.pipelines.avcc.likeness import StoredLikeness
 from aigc_hub.pipelines.avcc.models import avcc_records
 from aigc_hub.pipelines.avcc.pipeline import pipeline as avcc_pipeline
@@ -63,7 +64,13 @@ class AvccStack:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def start_group(self, group: str, concurrency: int | None = None) -> None:
-        """Run consumer group ``group`` (one the stack was started without) until it stops."""
+        """Run consumer group ``group`` (one the stack was started without) until it stops;
+        a stream group runs as one member (``concurrency`` is a handler group's option)."""
+        streams = [s for s in self.hub.stream_specs if s.group == group]
+        if streams:
+            runtime = self.hub.stream_runtime(streams[0])
+            self.tasks.append(asyncio.create_task(runtime.run(self.stop)))
+            return
         [spec] = [s for s in self.hub.handler_specs if s.group == group]
         options = {} if concurrency is None else {"concurrency": concurrency}
         runtime = self.hub.runtime(spec, **options)
@@ -222,3 +229,43 @@ async def avcc_stack(
         stop.set()
         await asyncio.wait_for(asyncio.gather(*stack.tasks, return_exceptions=True), 30)
         await hub.close()
+
+
+async def coded_work(hub: Hub, tenant_id: str, *, node: str = "8361") -> str:
+    """A work of ``tenant_id`` recorded as CODED, for tests of what comes after the code
+    (playback, settlement): its row as code-svc leaves it, without a review or a chain."""
+    now = 1_700_000_000_000
+    marker = uuid.uuid4().hex
+    async with hub.engine.begin() as conn:
+        record_id = int(
+            (
+                await conn.execute(
+                    avcc_records.insert().returning(avcc_records.c.id),
+                    {
+                        "request_id": f"req_test_{marker}",
+                        "tenant_id": tenant_id,
+                        "idempotency_key": marker,
+                        "content_url": f"blob:works/{marker}",
+                        "object_key": f"works/{marker}",
+                        "content_hash": "sha256:" + hashlib.sha256(marker.encode()).hexdigest(),
+                        "content_type": "image/png",
+                        "size_bytes": 1,
+                        "model_name": "Stable-Diffusion-XL",
+                        "model_version": "v1.0",
+                        "priority": 5,
+                        "status": "CODED",
+                        "status_version": 5,
+                        "final_level": "G",
+                        "created_at": now,
+                        "updated_at": now,
+                    },
+                )
+            ).scalar_one()
+        )
+        code = make_code("156", "10005", node, record_id)
+        await conn.execute(
+            avcc_records.update()
+            .where(avcc_records.c.id == record_id)
+            .values(avcc_code=code, issued_at=now)
+        )
+    return code

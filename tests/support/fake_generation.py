@@ -253,7 +253,7 @@ async def fake_generation(
     await hub.start()
     await services.grant_credits(hub, tenant_id=TENANT, amount=10_000, grant_id="start")
     stop = asyncio.Event()
-    broker.expected = {spec.group for spec in hub.handler_specs}
+    broker.expected = {s.group for s in hub.handler_specs} | {s.group for s in hub.stream_specs}
     running = asyncio.create_task(hub.run(stop, relay=False))
     try:
         async with asyncio.timeout(20):

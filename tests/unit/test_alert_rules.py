@@ -42,7 +42,7 @@ EXPECTED: dict[str, tuple[float, str | None, tuple[str, ...]]] = {
     "AigcHubAvccDeadLetter": (
         0,
         None,
-        ("aigc_hub_dead_letters_pending", 'topic=~"topic[.](avcc|review|chain)[.].+"'),
+        ("aigc_hub_dead_letters_pending", 'topic=~"topic[.](avcc|review|chain|playback)[.].+"'),
     ),
     "AigcHubApplyCreatedLagHigh": (
         1000,

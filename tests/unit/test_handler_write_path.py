@@ -9,9 +9,12 @@ exception, recording an intent before an outside call, goes through the checkpoi
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import aigc_hub
+from aigc_hub import plugins
+from aigc_hub.pipeline import StreamSpec
 
 PIPELINES = Path(aigc_hub.__file__).parent / "pipelines"
 #: Modules whose code runs inside consumer-group handlers (plus any ``handlers/`` package,
@@ -36,16 +39,38 @@ def own_transactions(source: str) -> list[str]:
     return found
 
 
+def stream_modules() -> set[Path]:
+    """Files of stream groups' handlers (the telemetry road): they get raw records, no
+    context to stage writes on, and write in transactions of their own by design."""
+    found = set()
+    for pipeline in plugins.load(None):
+        makers = [*pipeline.streams, *getattr(pipeline, "state_streams", {}).values()]
+        for maker in makers:
+            fn = maker.handler if isinstance(maker, StreamSpec) else maker
+            module = sys.modules[fn.__module__]
+            if module.__file__ and "_unbound_stream" not in fn.__qualname__:
+                found.add(Path(module.__file__))
+    return found
+
+
 def handler_modules() -> list[Path]:
-    """Every handler module of every pipeline under ``aigc_hub/pipelines``."""
+    """Every handler module of every pipeline under ``aigc_hub/pipelines`` (consumer groups
+    on the reliable road; stream groups' modules are left out)."""
     found = []
+    streams = stream_modules()
     for path in PIPELINES.rglob("*.py"):
         folders = path.relative_to(PIPELINES).parts[:-1]
-        if OUTSIDE & set(folders):
+        if OUTSIDE & set(folders) or path in streams:
             continue
         if path.name in HANDLER_MODULES or "handlers" in folders:
             found.append(path)
     return sorted(found)
+
+
+def test_stream_handler_modules_are_found_and_left_out() -> None:
+    names = {p.name for p in stream_modules()}
+    assert "sink.py" in names
+    assert not {p.name for p in handler_modules()} & {"sink.py"}
 
 
 def test_the_check_flags_a_planted_handler_that_opens_its_own_transaction() -> None:

@@ -11,13 +11,14 @@ when a pipeline's CLI truly needs it, and keep each name's home module the owner
 
 from __future__ import annotations
 
-from aigc_hub.cli.common import ExitCode, console, fail, new_app
+from aigc_hub.cli.common import CommandError, ExitCode, console, fail, new_app
 from aigc_hub.cli.database import DatabaseUrl
 from aigc_hub.cli.database import run as run_on_database
 from aigc_hub.client import HubAPIError, HubClient, WaitTimeout
 from aigc_hub.client._models import GenerationTask
 
 __all__ = [
+    "CommandError",
     "DatabaseUrl",
     "ExitCode",
     "GenerationTask",

@@ -37,7 +37,7 @@ async def _serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    known = {s.group for s in hub.handler_specs}
+    known = {s.group for s in hub.handler_specs} | {s.group for s in hub.stream_specs}
     unknown = sorted(set(groups or ()) - known)
     if unknown:
         await hub.close()
@@ -169,12 +169,19 @@ def scan() -> None:
 
 
 def worker(
-    group: Annotated[list[str], typer.Option("--group", help="Consumer group(s) to run.")],
+    group: Annotated[
+        list[str],
+        typer.Option(
+            "--group",
+            help="Consumer group(s) to run: handler groups or stream groups (the telemetry road).",
+        ),
+    ],
     concurrency: Annotated[
         int | None, typer.Option(envvar="AIGC_HUB_CONCURRENCY", min=1, help="Records in flight.")
     ] = None,
 ) -> None:
-    """Run the named consumer groups; start more workers to share partitions."""
+    """Run the named consumer groups (handler or stream groups); start more workers to share
+    partitions."""
     settings = Settings()
     if concurrency:
         settings.concurrency = concurrency

@@ -5,9 +5,9 @@ set per process. Counters are declared without ``_total``; the exposition adds i
 Label values must stay few (group, topic, partition, class names): never ids or keys.
 
 Who sets what: the relay (publish*), the consumer runtime (consumed, handler, retries, dead
-letters, inbox, parked keys, commit batch), the scanner runner (lease*, scanner*), the lag
-monitor (consumer lag and age), the outbox scanner (outbox backlog and age) and the admission
-gate. Nothing sets the pending dead letters gauge yet.
+letters, inbox, parked keys, commit batch), the stream runtime (stream*), the scanner runner
+(lease*, scanner*), the lag monitor (consumer lag and age), the outbox scanner (outbox backlog
+and age) and the admission gate. Nothing sets the pending dead letters gauge yet.
 """
 
 from __future__ import annotations
@@ -120,6 +120,30 @@ GROUPED_CALLS = Histogram(
     buckets=(1, 2, 4, 8, 16, 32, 64),
 )
 
+# -- stream groups (the telemetry road's runtime) ------------------------------------------
+
+STREAM_RECORDS = Counter(
+    "aigc_hub_stream_records",
+    "Records handed to a stream group's handler; a batch handed again counts again.",
+    ["group"],
+)
+STREAM_BATCHES = Counter(
+    "aigc_hub_stream_batches",
+    "Batches of records handed to a stream group's handler (empty ticks not counted).",
+    ["group"],
+)
+STREAM_BATCH_SECONDS = Histogram(
+    "aigc_hub_stream_batch_duration_seconds",
+    "A stream handler's run time per call, failed calls and empty ticks included.",
+    ["group"],
+    buckets=_DURATION_BUCKETS,
+)
+STREAM_FAILURES = Counter(
+    "aigc_hub_stream_failures",
+    "Stream handler calls that raised, by error class (the batch is handed again).",
+    ["group", "error_class"],
+)
+
 # -- backlogs (outbox scanner, lag monitor) ------------------------------------------------
 
 OUTBOX_UNPUBLISHED = Gauge(
@@ -173,6 +197,10 @@ ALL: tuple[MetricWrapperBase, ...] = (
     CONSUMER_PAUSED,
     COMMIT_BATCH,
     GROUPED_CALLS,
+    STREAM_RECORDS,
+    STREAM_BATCHES,
+    STREAM_BATCH_SECONDS,
+    STREAM_FAILURES,
     OUTBOX_UNPUBLISHED,
     OUTBOX_OLDEST_AGE,
     CONSUMER_LAG,

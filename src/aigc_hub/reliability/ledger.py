@@ -63,15 +63,20 @@ class LedgerTables:
 
 
 def define_ledger_tables(
-    name: str, metadata: sa.MetaData, *extra: sa.Column[object], account_column: str = "account_id"
+    name: str,
+    metadata: sa.MetaData,
+    *extra: sa.Column[object],
+    account_column: str = "account_id",
+    account_length: int = 36,
 ) -> LedgerTables:
     """Tables ``<name>_ledger`` and ``<name>_accounts`` of the expected shape, plus ``extra``
-    columns on the entries table (the caller still writes their migration)."""
+    columns on the entries table (the caller still writes their migration). Accounts are
+    strings of at most ``account_length`` characters (a UUID's 36 by default)."""
     entries = sa.Table(
         f"{name}_ledger",
         metadata,
         sa.Column("id", BigId, primary_key=True, autoincrement=True),
-        sa.Column(account_column, sa.String(36), nullable=False, index=True),
+        sa.Column(account_column, sa.String(account_length), nullable=False, index=True),
         sa.Column("business_type", sa.String(60), nullable=False),
         sa.Column("business_id", sa.String(100), nullable=False),
         sa.Column("type", sa.String(20), nullable=False),
@@ -84,7 +89,7 @@ def define_ledger_tables(
     accounts = sa.Table(
         f"{name}_accounts",
         metadata,
-        sa.Column(account_column, sa.String(36), primary_key=True),
+        sa.Column(account_column, sa.String(account_length), primary_key=True),
         sa.Column("available", sa.BigInteger, nullable=False),
         sa.Column("updated_at", sa.BigInteger, nullable=False),
     )

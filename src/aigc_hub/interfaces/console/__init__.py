@@ -16,7 +16,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.staticfiles import StaticFiles
 
-from aigc_hub.interfaces.console import auth, dashboard, dlq, gallery, reviews, tasks
+from aigc_hub.interfaces.console import auth, dashboard, dlq, gallery, playback, reviews, tasks
 from aigc_hub.interfaces.console.rendering import PREFIX, STATIC_DIR
 
 #: Where the stylesheet and script are served.
@@ -35,6 +35,7 @@ def router() -> APIRouter:
         tasks.router,
         gallery.router,
         reviews.router,
+        playback.router,
     )
     for part in parts:
         combined.include_router(part)

@@ -22,7 +22,7 @@ import typer
 
 from aigc_hub.cli import kit
 
-app = kit.new_app("avcc", "Content codes: apply, get, codes, review, verify (offline).")
+app = kit.new_app("avcc", "Content codes: apply, get, codes, review, verify (offline), settlement.")
 review_app = kit.new_app("review", "The human review queue (admin key): list, claim, decide.")
 app.add_typer(review_app, name="review")
 
@@ -225,3 +225,14 @@ def decide(
     """Decide a claimed work."""
     body = {"claim_token": claim_token, "decision": decision, "final_level": level, "note": note}
     _show(_call("POST", url, f"/avcc/reviews/{record_id}/decision", api_key, json=body))
+
+
+# Platform nodes, playback reports and settlement live in their own modules; they reuse the
+# API helpers above, so they are mounted last.
+call_api, show = _call, _show
+from . import settlement_cli  # noqa: E402
+from .playback_cli import nodes_app, playback_app  # noqa: E402
+
+app.add_typer(nodes_app, name="nodes")
+app.add_typer(playback_app, name="playback")
+app.add_typer(settlement_cli.app, name="settlement")

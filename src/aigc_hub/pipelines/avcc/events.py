@@ -132,6 +132,55 @@ class TxConfirmed(pydantic.BaseModel):
     proof: dict[str, object] = pydantic.Field(default_factory=dict)
 
 
+class TxPendingV2(pydantic.BaseModel):
+    """v2 of ``chain.tx.pending``: a work *or a settlement batch* to notarize (§9.1 "存证、
+    分账指令"). A work has ``avcc_record_id`` and ``final_level``; a batch (``chain_type=
+    settlement``) has ``settlement_batch_id`` and neither of them."""
+
+    avcc_record_id: int | None
+    chain_type: ChainType
+    final_level: Level | None
+    statement: str
+    settlement_batch_id: int | None = None
+
+
+class TxConfirmedV2(pydantic.BaseModel):
+    """v2 of ``chain.tx.confirmed`` (§9.2.3, whose ``chain_type`` is ``copyright_main`` or
+    ``settlement``): a settlement batch's confirmation has ``settlement_batch_id`` instead of
+    ``avcc_record_id``."""
+
+    avcc_record_id: int | None
+    chain_type: ChainType
+    tx_hash: str
+    block_height: int
+    status: Literal["success", "failed"]
+    crd_address: str
+    proof: dict[str, object] = pydantic.Field(default_factory=dict)
+    settlement_batch_id: int | None = None
+
+
+#: The schema version the chain events are published at from now on (v1 is still read).
+CHAIN_EVENTS_VERSION = 2
+
+
+def pending_v2(payload: object) -> TxPendingV2:
+    """A decoded ``chain.tx.pending`` of either version, read as v2 (v2 only adds)."""
+    if isinstance(payload, TxPendingV2):
+        return payload
+    if isinstance(payload, TxPending):
+        return TxPendingV2.model_validate(payload.model_dump())
+    raise TypeError(f"payload is {type(payload).__name__}, not a chain.tx.pending")
+
+
+def confirmed_v2(payload: object) -> TxConfirmedV2:
+    """A decoded ``chain.tx.confirmed`` of either version, read as v2 (v2 only adds)."""
+    if isinstance(payload, TxConfirmedV2):
+        return payload
+    if isinstance(payload, TxConfirmed):
+        return TxConfirmedV2.model_validate(payload.model_dump())
+    raise TypeError(f"payload is {type(payload).__name__}, not a chain.tx.confirmed")
+
+
 class CodeIssued(pydantic.BaseModel):
     """The code was issued: embed it (with the level and the proof) into the work."""
 
@@ -179,5 +228,7 @@ def register(pipeline: PipelineBase) -> None:
     pipeline.event(REVIEW_FINISHED, topic=REVIEW_TOPIC)(ReviewFinished)
     pipeline.event(TX_PENDING, topic=PENDING_TOPIC)(TxPending)
     pipeline.event(TX_CONFIRMED, topic=CONFIRMED_TOPIC)(TxConfirmed)
+    pipeline.event(TX_PENDING, 2, topic=PENDING_TOPIC)(TxPendingV2)
+    pipeline.event(TX_CONFIRMED, 2, topic=CONFIRMED_TOPIC)(TxConfirmedV2)
     pipeline.event(CODE_ISSUED, topic=ISSUED_TOPIC)(CodeIssued)
     pipeline.event(PURCHASE_RECORDED, topic=PURCHASE_TOPIC)(PurchaseRecorded)

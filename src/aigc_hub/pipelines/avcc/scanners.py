@@ -85,6 +85,7 @@ class StuckRecords:
     def _event_for(self, row: dict[str, Any]) -> Envelope:
         status, record_id = RecordStatus(row["status"]), int(row["id"])
         payload: dict[str, Any]
+        version = 1
         if status is RecordStatus.APPLIED:
             name, source = events.APPLY_CREATED, events.CODE_SVC
             payload = events.ApplyCreated(
@@ -110,19 +111,25 @@ class StuckRecords:
             ).model_dump()
         elif status is RecordStatus.ANCHORING:
             name, source = events.TX_PENDING, events.CODE_SVC
-            payload = events.TxPending(
+            payload = events.TxPendingV2(
                 avcc_record_id=record_id,
                 chain_type="copyright_main",
                 final_level=row["final_level"],
                 statement=statement_of(self.avcc.settings, row),
             ).model_dump()
+            version = events.CHAIN_EVENTS_VERSION
         else:
             name, source = events.CODE_ISSUED, events.CODE_SVC
             payload = events.CodeIssued(
                 avcc_record_id=record_id, avcc_code=row["avcc_code"]
             ).model_dump()
         return Envelope.new(
-            name, payload, key=str(record_id), source=source, tenant_id=row["tenant_id"]
+            name,
+            payload,
+            key=str(record_id),
+            source=source,
+            tenant_id=row["tenant_id"],
+            schema_version=version,
         )
 
 

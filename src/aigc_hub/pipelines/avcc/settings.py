@@ -86,7 +86,11 @@ class AvccSettings(BaseSettings):
         "`clickhouse://user:password@host:8123/database` (or `https://`) for ClickHouse",
     )
     playback_max_events: int = Field(
-        5000, ge=1, le=50_000, description="events one POST /v1/avcc/playback may carry"
+        4000,
+        ge=1,
+        le=50_000,
+        description="events one POST /v1/avcc/playback may carry (at ~240 bytes an event, "
+        "4000 fit AIGC_HUB_MAX_BODY_BYTES' 1 MiB; raise both together)",
     )
     playback_max_age_s: int = Field(
         3 * 86_400,
@@ -166,7 +170,10 @@ class AvccSettings(BaseSettings):
         "rest and every rounding remainder",
     )
     settlement_period_s: int = Field(
-        86_400, ge=60, description="length of a settlement period (UTC-aligned)"
+        86_400,
+        ge=60,
+        multiple_of=60,
+        description="length of a settlement period (UTC-aligned, whole minutes)",
     )
     settlement_grace_s: int = Field(
         300,

@@ -38,6 +38,8 @@ settlement_ledger = define_ledger_tables(
     sa.Column("platform_node", sa.String(8), nullable=False),
     sa.Column("occurred_at", sa.BigInteger, nullable=False, comment="the purchase's timestamp"),
     account_column="account",
+    # ``tenant:`` and a 36-character tenant id
+    account_length=64,
 )
 # A period's lines are read in id order when it is sealed.
 sa.Index(

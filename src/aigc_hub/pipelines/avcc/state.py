@@ -17,8 +17,12 @@ from aigc_hub.moderation import Moderation, make_moderation
 from aigc_hub.pipeline import StateKey
 
 from .adapters.base import Chain
+from .analytics import AnalyticsStore, open_analytics
+from .analytics.opening import CLICKHOUSE_SCHEMES
 from .credentials import platform_signer
+from .nodes import NodeKeys
 from .notary import Notary
+from .playback import CodeChecks
 from .provenance import PlatformSigner
 from .settings import AvccSettings
 
@@ -67,12 +71,20 @@ class Avcc:
     data_dir: Path = Path("var")
     moderation: Moderation = field(default_factory=make_moderation)
     notary: Notary = field(init=False)
+    #: gateway-svc's memory: codes whose check character was judged, nodes' keys, and the
+    #: tenant of each issued code a purchase named (see ``gateway.py``).
+    code_checks: CodeChecks = field(default_factory=CodeChecks)
+    node_keys: NodeKeys = field(init=False)
+    code_owners: dict[str, str] = field(default_factory=dict)
     _signer: PlatformSigner | None = field(default=None, init=False, repr=False)
+    _analytics: AnalyticsStore | None = field(default=None, init=False, repr=False)
+    _analytics_opening: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.notary = Notary(
             self.chain, self.settings.batch_window_ms / 1000, self.settings.batch_max
         )
+        self.node_keys = NodeKeys(self.hub.engine)
 
     @property
     def store(self) -> BlobStore:
@@ -96,15 +108,39 @@ class Avcc:
                 )
         return self._signer
 
+    async def analytics(self) -> AnalyticsStore:
+        """The playback analytics store (``AIGC_HUB_AVCC_ANALYTICS_URL``), opened on first
+        use, once per process (a DuckDB file has one writer process); closed with the state."""
+        async with self._analytics_opening:
+            if self._analytics is None:
+                self._analytics = await open_analytics(
+                    self.settings.analytics_url, self.data_dir, clock=self.hub.clock
+                )
+        return self._analytics
+
+    async def analytics_for_reading(self) -> AnalyticsStore | None:
+        """The analytics store for a reader beside the sink (the console, the admin API), or
+        None while reading would take it from the sink: a DuckDB file admits one process, so
+        a process that has not opened it (the sink runs elsewhere, or has stored nothing yet)
+        leaves it alone. ClickHouse serves every process."""
+        if self._analytics is not None:
+            return self._analytics
+        scheme = self.settings.analytics_url.partition("://")[0]
+        if scheme in CLICKHOUSE_SCHEMES:
+            return await self.analytics()
+        return None
+
     @property
     def failpoints(self) -> Failpoints:
         """The hub's failpoints (crash tests arm ``avcc.chain.after_submit``)."""
         return self.hub.failpoints
 
     async def close(self) -> None:
-        """Stop the notary and release the chain's connections."""
+        """Stop the notary, release the chain's connections, close the analytics store."""
         await self.notary.close()
         await self.chain.close()
+        if self._analytics is not None:
+            await self._analytics.close()
 
 
 #: The typed handle on a hub's Avcc (``kit.state_of(request, STATE)``).

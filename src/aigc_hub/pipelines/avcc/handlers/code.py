@@ -58,7 +58,7 @@ async def on_review_finished(avcc: Avcc, env: Envelope, ctx: HandlerContext) -> 
             cause_id=env.event_id,
             values={"chain_type": "copyright_main"},
         )
-        pending = events.TxPending(
+        pending = events.TxPendingV2(
             avcc_record_id=row["id"],
             chain_type="copyright_main",
             final_level=level,
@@ -66,7 +66,11 @@ async def on_review_finished(avcc: Avcc, env: Envelope, ctx: HandlerContext) -> 
         )
         return [
             env.derive(
-                events.TX_PENDING, pending.model_dump(), key=str(row["id"]), source=events.CODE_SVC
+                events.TX_PENDING,
+                pending.model_dump(),
+                key=str(row["id"]),
+                source=events.CODE_SVC,
+                schema_version=events.CHAIN_EVENTS_VERSION,
             )
         ]
 
@@ -76,8 +80,13 @@ async def on_review_finished(avcc: Avcc, env: Envelope, ctx: HandlerContext) -> 
 
 async def on_confirmed(avcc: Avcc, env: Envelope, ctx: HandlerContext) -> list[Envelope]:
     """The chain confirmed the work: record the receipt and issue the code."""
-    confirmed = ctx.payload_as(events.TxConfirmed)
-    if confirmed.chain_type != "copyright_main" or confirmed.status != "success":
+    confirmed = events.confirmed_v2(ctx.payload)
+    # Settlement batches' confirmations are settlement-svc's (avcc-settlement reads them).
+    if (
+        confirmed.chain_type != "copyright_main"
+        or confirmed.status != "success"
+        or confirmed.avcc_record_id is None
+    ):
         return []
     async with ctx.read() as conn:
         row = await records.load(conn, confirmed.avcc_record_id)

@@ -40,6 +40,7 @@ from ..windows import Windows
 
 log = logging.getLogger(__name__)
 
+GROUP = "avcc-detector"
 #: Hit inside the write transaction, before the insert (fault tests arm it).
 BEFORE_WRITE = "avcc.detector.before_write"
 _UNIQUE = ["kind", "subject", "window_start"]

@@ -70,7 +70,7 @@ def upgrade() -> None:
 
     op.create_table(
         "avcc_settlement_accounts",
-        sa.Column("account", sa.String(length=36), nullable=False),
+        sa.Column("account", sa.String(length=64), nullable=False),
         sa.Column("available", sa.BigInteger(), nullable=False),
         sa.Column("updated_at", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("account", name=op.f("pk_avcc_settlement_accounts")),
@@ -83,7 +83,7 @@ def upgrade() -> None:
             autoincrement=True,
             nullable=False,
         ),
-        sa.Column("account", sa.String(length=36), nullable=False),
+        sa.Column("account", sa.String(length=64), nullable=False),
         sa.Column("business_type", sa.String(length=60), nullable=False),
         sa.Column("business_id", sa.String(length=100), nullable=False),
         sa.Column("type", sa.String(length=20), nullable=False),
