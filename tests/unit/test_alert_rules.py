@@ -19,6 +19,7 @@ from tests.conftest import service_missing
 from aigc_hub import plugins
 from aigc_hub.cli.topics import merged_catalog
 from aigc_hub.observability import metrics
+from aigc_hub.pipelines.avcc import metrics as avcc_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "aigc-hub.rules.yml"
@@ -28,7 +29,8 @@ DOCS = ROOT / "docs" / "metrics.md"
 # alert -> (threshold, for, what the expression must contain). Sources: seed 003 §10.2
 # (lag > 5000 for 5m; P99 > 30 s for 3m; > 10 dead letters in 10m for 5m), seed 000 §9.3.4
 # (apply.created lag > 1000 or older than 1 min; playback lag > 50000), seed 000 §9.3.3 (any
-# dead letter of avcc's topics: P2), and ours (outbox 60 s).
+# dead letter of avcc's topics: P2), seed 000 §9.2.4 (the flink-job's anomalies: any), and
+# ours (outbox 60 s).
 EXPECTED: dict[str, tuple[float, str | None, tuple[str, ...]]] = {
     "AigcHubConsumerLagHigh": (5000, "5m", ("aigc_hub_consumer_lag_records",)),
     "AigcHubHandlerLatencyHigh": (
@@ -56,6 +58,11 @@ EXPECTED: dict[str, tuple[float, str | None, tuple[str, ...]]] = {
         50000,
         None,
         ("aigc_hub_consumer_lag_records", 'topic="topic.playback.event"'),
+    ),
+    "AigcHubAvccPlaybackAnomaly": (
+        0,
+        None,
+        ("increase(aigc_hub_avcc_playback_anomalies_total[5m])", "sum by (kind)"),
     ),
     "AigcHubOutboxStale": (60, None, ("aigc_hub_outbox_oldest_unpublished_age_seconds",)),
 }
@@ -86,9 +93,10 @@ def _metric_names(expr: str) -> set[str]:
 
 
 def _exposed_series() -> set[str]:
-    names = set(metrics.all_metric_names())
-    for metric in metrics.ALL:
+    names: set[str] = set()
+    for metric in (*metrics.ALL, *avcc_metrics.ALL):
         for family in metric.describe():
+            names.add(f"{family.name}_total" if family.type == "counter" else family.name)
             if family.type == "histogram":
                 names |= {f"{family.name}_bucket", f"{family.name}_sum", f"{family.name}_count"}
     return names

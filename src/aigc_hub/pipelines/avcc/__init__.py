@@ -16,7 +16,10 @@ AI-generated works — apply, review, chain, code, with the code embedded in the
 - ``codes``         the code's form and check character (§9.2.4's ``MA.156.10005.8361/…``)
 - ``provenance``, ``manifest_store``, ``credentials``  C2PA manifests, the platform's signer
 - ``verification``  the proof's form and its offline check (``aigc-hub avcc verify``)
-- ``handlers/``     one module per consumer group: review, code, chain, embed
+- ``windows``, ``detector``  playback anomalies (the flink-job, §9.2.4): event-time windows
+  under a watermark, and the judges of a closed window over river's online statistics
+- ``metrics``       avcc's Prometheus metrics (the detector's anomalies and dropped events)
+- ``handlers/``     one module per consumer group: review, code, chain, embed, detector
 - ``scanners``      watchdogs: stuck records, EVM anchors of unknown outcome
 - ``http``, ``cli`` the routes and the ``aigc-hub avcc`` commands
 """

@@ -9,7 +9,8 @@ Consumer groups, each its own concurrency pool, each handled by its module in ``
 * ``avcc-chain`` (chain-svc) — ``topic.chain.tx.pending`` → notarization, batched;
 * ``avcc-embed`` — ``topic.avcc.code.issued`` → the C2PA manifest in the work;
 * ``avcc-settlement`` (settlement-svc) — ``topic.avcc.purchase.recorded`` → the settlement
-  ledger; ``topic.chain.tx.confirmed`` (settlement batches) → the period ANCHORED.
+  ledger; ``topic.chain.tx.confirmed`` (settlement batches) → the period ANCHORED;
+* ``avcc-detector`` (flink-job) — ``topic.playback.event`` → anomalies (a stream group).
 
 Failures follow the seed's §9.3.3 through the backbone: 1 s, 2 s, 4 s in the consumer, then
 the delayed redelivery (the seed's ``topic.system.retry`` stage: the backbone parks the
@@ -35,7 +36,7 @@ from . import (
     settlement_http,
     settlement_scanners,
 )
-from .handlers import chain, code, embed, review, settlement, sink
+from .handlers import chain, code, detector, embed, review, settlement, sink
 from .settings import AvccSettings
 from .state import NAME, build_state
 
@@ -89,6 +90,12 @@ pipeline.handler_with_state("avcc-embed", [events.ISSUED_TOPIC], concurrency=2, 
 pipeline.stream_with_state(sink.GROUP, [events.PLAYBACK_TOPIC], max_records=20_000, max_wait_s=0.5)(
     sink.make_sink
 )
+# The seed's flink-job, beside the sink on the same topic: batches of up to 5000 records
+# (100k events/s is 20 a second); an empty batch after 0.2 s of silence is the tick that
+# lets idle partitions go, so windows close when traffic stops (latency ~2 s, measured).
+pipeline.stream_with_state(
+    detector.GROUP, [events.PLAYBACK_TOPIC], max_records=5000, max_wait_s=0.2
+)(detector.make_detector)
 
 
 @pipeline.timeline

@@ -113,12 +113,26 @@ class AvccSettings(BaseSettings):
         description="a partition silent this long (processing time) no longer holds the "
         "watermark back",
     )
+    detector_forget_s: int = Field(
+        3600,
+        ge=1,
+        description="a code, node or user hash silent this long (event time) loses its baseline",
+    )
+    detector_max_subjects: int = Field(
+        100_000,
+        ge=1,
+        description="baselines one detector keeps per judge; past it the least recently seen "
+        "subject is forgotten",
+    )
     spike_factor: float = Field(
         5.0, gt=1.0, description="a window's plays above this multiple of the code's baseline"
     )
     spike_min_plays: int = Field(50, ge=1, description="fewest plays in a window to call a spike")
     spike_warmup_windows: int = Field(
-        10, ge=1, description="windows of a code's history before its spikes are judged"
+        10,
+        ge=1,
+        description="windows of a subject's history before it is judged (spike, ratio, "
+        "revenue per play); also the span of the baselines",
     )
     ratio_floor: float = Field(
         0.25,
@@ -127,7 +141,10 @@ class AvccSettings(BaseSettings):
         description="complete/play ratio below this fraction of the code's baseline collapses",
     )
     ratio_min_plays: int = Field(
-        50, ge=1, description="fewest plays in a window to judge its complete/play ratio"
+        50,
+        ge=1,
+        description="fewest plays in a window to judge its complete/play ratio and its "
+        "revenue per play",
     )
     flood_events: int = Field(
         60,
