@@ -11,7 +11,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 from aigc_hub.messaging.catalog import TopicSpec
 
@@ -49,9 +49,12 @@ class OutgoingMessage:
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Record:
-    """A record as read back from a partition, with its position and append time."""
+class Record(NamedTuple):
+    """A record as read back from a partition, with its position and append time.
+
+    A named tuple, not a frozen dataclass: consumers build one per record (100,000 a second on
+    the telemetry road) and a tuple is built in about a third of the time.
+    """
 
     topic: str
     partition: int
