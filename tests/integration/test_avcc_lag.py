@@ -23,9 +23,9 @@ from aigc_hub.pipelines.avcc.state import Avcc
 from aigc_hub.tenancy import create_tenant
 from tests.support.alerts import (
     exported_lag,
+    gate_gauge,
     lag_totals,
     promtool_evaluates_lag,
-    scrape,
     until,
 )
 from tests.support.avcc import AvccStack, apply, avcc_stack, noise_png, sha
@@ -84,13 +84,6 @@ async def apply_directly(avcc: Avcc, tenant_id: str, n: int) -> None:
         await asyncio.gather(*(one(i) for i in range(start, min(n, start + 100))))
 
 
-async def gate_gauge(client: httpx.AsyncClient) -> float:
-    """``aigc_hub_admission_gate_open{pipeline="avcc"}`` as exported."""
-    samples = await scrape(client, "aigc_hub_admission_gate_open")
-    [value] = [v for labels, v in samples if labels["pipeline"] == "avcc"]
-    return value
-
-
 def promtool_evaluates(lag: Mapping[str, float], tmp_path: Path, *, fires: bool) -> None:
     promtool_evaluates_lag(ALERT, REVIEW, TOPIC, lag, tmp_path, fires=fires)
 
@@ -117,12 +110,12 @@ async def test_review_stopped_past_1000_closes_the_gate_and_fires_the_alert_unti
             problem = refused.json()
             assert problem["status"] == 429 and problem["pipeline"] == "avcc"
             assert f"{REVIEW} is {THRESHOLD + 1} records behind on {TOPIC}" in problem["detail"]
-            assert await gate_gauge(client) == 0
+            assert await gate_gauge(client, "avcc") == 0
             promtool_evaluates(await exported_lag(client, REVIEW, TOPIC), tmp_path, fires=True)
 
             stack.start_group(REVIEW, concurrency=SCALED_OUT)
             await until(lag_totals(client, REVIEW, TOPIC, 0), 120)
             admitted = await apply(client, noise_png(3))
             assert admitted.status_code == 201, admitted.text
-            assert await gate_gauge(client) == 1
+            assert await gate_gauge(client, "avcc") == 1
             promtool_evaluates(await exported_lag(client, REVIEW, TOPIC), tmp_path, fires=False)

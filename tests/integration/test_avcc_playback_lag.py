@@ -28,9 +28,9 @@ from aigc_hub.pipelines.avcc.events import PLAYBACK_TOPIC
 from aigc_hub.tenancy import create_tenant
 from tests.support.alerts import (
     exported_lag,
+    gate_gauge,
     lag_totals,
     promtool_evaluates_lag,
-    scrape,
     until,
 )
 from tests.support.avcc import AvccStack, apply, avcc_stack, coded_work, noise_png
@@ -123,13 +123,6 @@ async def node_key(stack: AvccStack) -> str:
     return key
 
 
-async def gate_gauge(client: httpx.AsyncClient) -> float:
-    """``aigc_hub_admission_gate_open{pipeline="avcc"}`` as exported."""
-    samples = await scrape(client, "aigc_hub_admission_gate_open")
-    [value] = [v for labels, v in samples if labels["pipeline"] == "avcc"]
-    return value
-
-
 def promtool_evaluates(lag: Mapping[str, float], tmp_path: Path, *, fires: bool) -> None:
     promtool_evaluates_lag(ALERT, SINK, PLAYBACK_TOPIC, lag, tmp_path, fires=fires)
 
@@ -167,7 +160,7 @@ async def test_sink_stopped_past_50000_fires_the_alert_without_gating_and_restar
             assert f"{SINK}/{PLAYBACK_TOPIC}" in stack.hub.lag.overloaded
             admitted = await apply(client, noise_png(1))
             assert admitted.status_code == 201, admitted.text
-            assert await gate_gauge(client) == 1
+            assert await gate_gauge(client, "avcc") == 1
 
             stack.start_group(SINK)
             drain_began = time.monotonic()

@@ -36,6 +36,13 @@ async def scrape(client: httpx.AsyncClient, name: str) -> list[tuple[dict[str, s
     ]
 
 
+async def gate_gauge(client: httpx.AsyncClient, pipeline: str) -> float:
+    """``aigc_hub_admission_gate_open{pipeline=…}`` as exported (1 open, 0 closed)."""
+    samples = await scrape(client, "aigc_hub_admission_gate_open")
+    [value] = [v for labels, v in samples if labels["pipeline"] == pipeline]
+    return value
+
+
 async def exported_lag(client: httpx.AsyncClient, group: str, topic: str) -> dict[str, float]:
     """The group's lag on the topic per partition, as ``/metrics`` exports it."""
     return {
