@@ -110,7 +110,8 @@ class ConsoleServer:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        async with hub_for(self.db_url, self.broker or MemoryBroker(), self.pipelines, blobs=self.blobs) as hub:
+        broker = self.broker or MemoryBroker()
+        async with hub_for(self.db_url, broker, self.pipelines, blobs=self.blobs) as hub:
             self.hub = hub
             self.admin_key = await tenancy.create_admin_key(hub.engine)
             app = create_app(hub)

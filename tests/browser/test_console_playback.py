@@ -171,9 +171,7 @@ def test_stored_playback_and_a_planted_flood_are_shown_to_an_admin_and_refused_t
         for code in codes:
             expect(chart.locator(f'polyline[data-code="{code}"]')).to_have_count(1)
         at_top = re.compile(r"(^| )[0-9.]+,0\.0( |$)")
-        expect(chart.locator(f'polyline[data-code="{code_a}"]')).to_have_attribute(
-            "points", at_top
-        )
+        expect(chart.locator(f'polyline[data-code="{code_a}"]')).to_have_attribute("points", at_top)
         expect(chart.locator(f'polyline[data-code="{code_b}"]')).not_to_have_attribute(
             "points", at_top
         )
@@ -189,7 +187,7 @@ def test_stored_playback_and_a_planted_flood_are_shown_to_an_admin_and_refused_t
         )
         expect(page.get_by_test_id("sink-lag")).to_have_text("0")
         # Every row was stored within the last minute: the rate is the count over 60 s.
-        expect(page.get_by_test_id("sink-rate")).to_have_text(f"{TOTAL / 60:.0f}")
+        expect(page.get_by_test_id("sink-rate")).to_have_text(f"{TOTAL / 60:.1f}")
         expect(page.get_by_test_id("sink-card")).to_contain_text("last write")
         expect(page.get_by_test_id("sink-behind")).to_have_count(0)
         expect(page.get_by_test_id("store-note")).to_have_count(0)
@@ -211,6 +209,12 @@ def test_stored_playback_and_a_planted_flood_are_shown_to_an_admin_and_refused_t
         expect(flood.locator("td").nth(5)).to_have_text("1.0")  # FLOOD / the line of 60
         expect(page.get_by_test_id("anomalies").locator("tbody tr")).to_have_count(1)
         expect(page.get_by_test_id("anomalies-empty")).to_have_count(0)
+
+        # The page reloads itself (its meta refresh, at most 10 s away): the figures stay.
+        with page.expect_event("load", timeout=15_000):
+            pass
+        expect(page.get_by_test_id("total-events")).to_have_text(str(TOTAL))
+        expect(page.get_by_test_id("anomaly-flood")).to_contain_text(FLOODER)
 
         # A tenant's session: no link, and the admin-only refusal instead of the figures.
         page.get_by_role("button", name="Log out").click()
@@ -239,6 +243,45 @@ def test_with_no_playback_the_page_shows_the_empty_chart_and_no_anomaly(
         expect(page.get_by_test_id("top-codes")).to_have_count(0)
         expect(page.get_by_test_id("sink-lag")).to_have_text("0")
         expect(page.get_by_test_id("sink-rate")).to_have_text("—")
+        expect(page.get_by_test_id("store-note")).to_contain_text("has stored nothing yet")
+        expect(page.get_by_test_id("totals-card")).to_have_count(0)
+
+
+def test_playback_older_than_the_window_is_counted_but_charted_only_in_a_wider_window(
+    page: Any, sqlite_url: str, tmp_path: Path
+) -> None:
+    with playback_console(sqlite_url, tmp_path) as server:
+        tenant, _ = server.call(lambda hub: tenancy.create_tenant(hub.engine, "studio"))
+        code = server.call(lambda hub: coded_work(hub, tenant.id, node=NODE))
+        an_hour_ago = (int(time.time()) - 3600) * 1000
+        plays = [event(code, an_hour_ago + i * 1000, f"sha256:viewer-{i}") for i in range(30)]
+        with api(server, node_key(server)) as node:
+            sent = node.post("/v1/avcc/playback", json={"events": plays})
+        assert sent.status_code == 202, sent.text
+
+        def stored() -> bool:
+            events, lag, _ = server.call(stored_and_found)
+            return events == len(plays) and lag == 0
+
+        wait_until(stored, 60.0, f"{len(plays)} events stored")
+        log_in(page, server)
+        page.goto(f"{server.url}/console/playback")
+        expect(page.get_by_test_id("total-events")).to_have_text(str(len(plays)))
+        # 30 rows in the last minute: 0.5 rows/s, not rounded away to "0".
+        expect(page.get_by_test_id("sink-rate")).to_have_text("0.5")
+        expect(page.get_by_test_id("chart-empty")).to_have_text(
+            "No play stored in the last 15 minutes."
+        )
+        expect(page.get_by_test_id("top-codes")).to_have_count(0)
+        expect(page.get_by_test_id("anomalies-empty")).to_have_text("No anomaly found.")
+
+        page.goto(f"{server.url}/console/playback?minutes=120")
+        expect(page.locator("h1")).to_contain_text("last 120 min")
+        chart = page.get_by_test_id("plays-chart")
+        expect(chart.locator("polyline")).to_have_count(1)
+        expect(chart.locator(f'polyline[data-code="{code}"]')).to_have_count(1)
+        expect(page.locator("ul.legend li")).to_have_text([f"{code} {len(plays)} plays"])
+        expect(page.get_by_test_id("top-codes").locator("tbody tr")).to_have_count(1)
 
 
 def test_a_hub_without_avcc_says_it_has_no_playback(page: Any, sqlite_url: str) -> None:
