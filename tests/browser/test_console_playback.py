@@ -7,8 +7,9 @@ Must show: events a registered platform node posts through ``POST /v1/avcc/playb
 the chart draws one polyline per played code with a matching legend, the totals card counts
 what the store holds, the sink card shows no lag and the insert rate, the top codes are
 listed and the flood is in the anomalies table. A tenant's session gets the admin-only
-refusal. With no playback the page says so instead of drawing an empty chart; a hub without
-avcc says it has no playback.
+refusal. With no playback the page says so instead of drawing an empty chart; playback
+older than the page's window is counted but charted only once ``?minutes=`` takes it in; a
+hub without avcc says it has no playback.
 
 The page reloads itself every 10 s (``<meta http-equiv="refresh">``): the figures are all
 stored before the page is first opened, so a reload shows the same page, and every check
