@@ -21,6 +21,7 @@ from aigc_hub import tenancy
 from aigc_hub.blobs.base import BlobStore
 from aigc_hub.bootstrap import Hub
 from aigc_hub.interfaces.http.app import create_app
+from aigc_hub.messaging.base import Broker
 from aigc_hub.messaging.memory import MemoryBroker
 from aigc_hub.pipeline import Pipeline
 from aigc_hub.reliability.replay_jobs import ReplayJobs
@@ -57,8 +58,10 @@ class ConsoleServer:
         groups: Sequence[str] | None = None,
         blobs: BlobStore | None = None,
         scan: bool = False,
+        broker: Broker | None = None,
     ) -> None:
         self.db_url = db_url
+        self.broker = broker
         self.scan = scan
         self.blobs = blobs
         self.pipelines = pipelines
@@ -107,7 +110,8 @@ class ConsoleServer:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        async with hub_for(self.db_url, MemoryBroker(), self.pipelines, blobs=self.blobs) as hub:
+        broker = self.broker or MemoryBroker()
+        async with hub_for(self.db_url, broker, self.pipelines, blobs=self.blobs) as hub:
             self.hub = hub
             self.admin_key = await tenancy.create_admin_key(hub.engine)
             app = create_app(hub)
