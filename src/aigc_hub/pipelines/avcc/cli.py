@@ -73,6 +73,8 @@ def _call(
             f"{answer.status_code}: {detail}{' (' + fields + ')' if fields else ''}",
             _EXIT.get(answer.status_code, kit.ExitCode.FAILURE),
         )
+    if not answer.content:  # 204: done, nothing to show
+        return {}
     result: dict[str, Any] = answer.json()
     return result
 

@@ -100,10 +100,8 @@ def send(
         try:
             answer = call_api("POST", url, "/avcc/playback", node_key, json=body, timeout=60)
         except kit.CommandError as exc:
-            kit.fail(
-                f"{exc} [the batch from line {first} was not taken; {sent} before it were]",
-                exc.code,
-            )
+            where = f"the batch from line {first} was not taken; the {sent} event(s) before it were"
+            kit.fail(f"{exc} [{where}]", exc.code)
         sent += int(answer["accepted"])
         purchases += int(answer["purchases"])
         pending.clear()
