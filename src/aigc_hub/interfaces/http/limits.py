@@ -17,7 +17,6 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Annotated
 
-import numpy as np
 from fastapi import Depends, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -46,6 +45,8 @@ def json_depth_exceeds(body: bytes, limit: int) -> bool:
     """
     if b"\\" in body:
         return _walk_depth_exceeds(body, limit)
+    import numpy as np  # here: every CLI command imports this module, few parse a body
+
     marks = np.frombuffer(body.translate(None, _NOT_MARKS), dtype=np.uint8)
     if marks.size == 0:
         return False
@@ -80,8 +81,8 @@ def _walk_depth_exceeds(body: bytes, limit: int) -> bool:
 
 #: Every byte but quotes and brackets, for ``bytes.translate``'s delete argument.
 _NOT_MARKS = bytes(b for b in range(256) if b not in b'"[]{}')
-_OPENS = np.array([0x5B, 0x7B], dtype=np.uint8)
-_CLOSES = np.array([0x5D, 0x7D], dtype=np.uint8)
+_OPENS = (0x5B, 0x7B)
+_CLOSES = (0x5D, 0x7D)
 
 
 #: A ``\\u`` escape of a UTF-16 surrogate (D800–DFFF), the only way JSON text can hold one.

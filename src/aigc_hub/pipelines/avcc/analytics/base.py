@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
+if TYPE_CHECKING:  # pyarrow loads with the sink, not with every process that runs avcc
+    import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
 
 #: ``ts`` bounds standing for "no bound" (epoch ms; one query text with or without them).
 NO_START = -(2**62)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import orjson
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -32,11 +33,13 @@ from aigc_hub.pipeline import StreamHandler
 from aigc_hub.store.dialects import dialect_of
 
 from .. import metrics
-from ..detector import Anomaly, AnomalyKind, Detector
 from ..settings import AvccSettings
 from ..settlement_tables import avcc_playback_anomalies
 from ..state import Avcc
 from ..windows import Windows
+
+if TYPE_CHECKING:
+    from ..detector import Anomaly
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +74,9 @@ class PlaybackDetector:
             settings.detector_lateness_ms,
             settings.detector_idle_ms,
         )
+        # Imported here: river loads in the process that runs the detector only.
+        from ..detector import AnomalyKind, Detector
+
         self.detector = Detector(settings)
         self.malformed = 0
         #: Findings not yet written (the database refused them), oldest first.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from prometheus_client import Counter
 
@@ -23,9 +24,12 @@ from aigc_hub.observability.metrics import Children
 from aigc_hub.pipeline import StreamHandler
 from aigc_hub.reliability.dlq import DeadLetterDraft, DeadLetterStore
 
-from .. import events, playback_rows
+from .. import events
 from ..analytics import AnalyticsStore, SinkBatch
 from ..state import NAME, Avcc
+
+if TYPE_CHECKING:
+    from .. import playback_rows
 
 GROUP = "avcc-sink"
 #: The dead letter's error class; its message is ``<reason>: <field or error>``.
@@ -58,6 +62,9 @@ class PlaybackSink:
         if not records:
             return
         stored = await self.store.stored_offsets(events.PLAYBACK_TOPIC)
+        # Imported here: numpy, pyarrow and pandas load in the process that runs the sink only.
+        from .. import playback_rows
+
         decoded = await asyncio.to_thread(playback_rows.decode, records, stored)
         if not decoded.spans:
             return  # every record was stored before: a redelivered batch
