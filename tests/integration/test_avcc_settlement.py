@@ -370,24 +370,31 @@ async def test_purchases_that_cannot_be_booked_and_a_nameless_batch_are_dead_let
     assert "purchase_id must be 1 to 64 characters" in letters["InvalidPurchase"].error_message
 
 
+async def one_anchored_line(stack: AvccStack, work: Work, fen: int) -> tuple[Any, int]:
+    """One purchase of ``work`` in a past period, sealed and anchored: the period and the id
+    of the work's tenant's line."""
+    hub = stack.hub
+    p1, _ = two_past_periods()
+    await publish(hub, [envelope_of(purchase(work.code, fen, p1.starts_at + 1))])
+    await wait_lines(hub, 3)
+    await seal_due(stack)
+    await wait_anchored(hub, [p1.id])
+    async with hub.engine.connect() as conn:
+        [line_id] = (
+            await conn.execute(
+                sa.select(LINES.c.id).where(LINES.c.account == f"tenant:{work.tenant_id}")
+            )
+        ).scalars()
+    return p1, int(line_id)
+
+
 async def test_statement_routes_answer_only_the_tenants_own_lines_and_4xx_on_bad_input(
     sqlite_url: str, tmp_path: Path
 ) -> None:
     broker = make_broker("embedded", tmp_path)
     async with avcc_stack(sqlite_url, broker, tmp_path, scan=False, **SETTINGS) as stack:
-        hub = stack.hub
         mine, theirs = await coded_works(stack, [1, 1])
-        p1, _ = two_past_periods()
-        await publish(hub, [envelope_of(purchase(mine.code, 1000, p1.starts_at + 1))])
-        await wait_lines(hub, 3)
-        await seal_due(stack)
-        await wait_anchored(hub, [p1.id])
-        async with hub.engine.connect() as conn:
-            [line_id] = (
-                await conn.execute(
-                    sa.select(LINES.c.id).where(LINES.c.account == f"tenant:{mine.tenant_id}")
-                )
-            ).scalars()
+        p1, line_id = await one_anchored_line(stack, mine, 1000)
         admin = await stack.admin()
         answers: dict[str, httpx.Response] = {}
         async with stack.client(mine.tenant_key) as client:
@@ -440,19 +447,8 @@ async def test_the_settlement_commands_show_a_statement_and_verify_a_line_offlin
     runner = CliRunner()
     broker = make_broker("embedded", tmp_path)
     async with avcc_stack(sqlite_url, broker, tmp_path, scan=False, **SETTINGS) as stack:
-        hub = stack.hub
         [work] = await coded_works(stack, [1])
-        p1, _ = two_past_periods()
-        await publish(hub, [envelope_of(purchase(work.code, 2_000, p1.starts_at + 1))])
-        await wait_lines(hub, 3)
-        await seal_due(stack)
-        await wait_anchored(hub, [p1.id])
-        async with hub.engine.connect() as conn:
-            [line_id] = (
-                await conn.execute(
-                    sa.select(LINES.c.id).where(LINES.c.account == f"tenant:{work.tenant_id}")
-                )
-            ).scalars()
+        p1, line_id = await one_anchored_line(stack, work, 2_000)
         key_file = tmp_path / "log.pem"
         key_file.write_bytes(stack.avcc.chain.public_key_pem())
         proof_file = tmp_path / "line.json"
