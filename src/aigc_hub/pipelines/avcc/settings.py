@@ -90,7 +90,7 @@ class AvccSettings(BaseSettings):
         ge=1,
         le=50_000,
         description="events one POST /v1/avcc/playback may carry (at ~240 bytes an event, "
-        "4000 fit AIGC_HUB_MAX_BODY_BYTES' 1 MiB; raise both together)",
+        "4000 fit AIGC_HUB_API_MAX_BODY_BYTES' 1 MiB; raise both together)",
     )
     playback_max_age_s: int = Field(
         3 * 86_400,
