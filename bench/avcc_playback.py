@@ -37,7 +37,6 @@ import contextlib
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -55,6 +54,7 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import loopback  # the bench folder's shared pieces (bench/loopback.py)
 from tests.support.avcc import coded_work
 
 from aigc_hub.core.clock import SystemClock
@@ -76,12 +76,6 @@ NODE = "8361"
 SINK_BATCH = 20_000
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def hub_env(workdir: Path, port: int) -> dict[str, str]:
     return {
         **os.environ,
@@ -96,12 +90,6 @@ def hub_env(workdir: Path, port: int) -> dict[str, str]:
         "AIGC_HUB_LOG_LEVEL": "WARNING",
         "AIGC_HUB_API_PORT": str(port),
     }
-
-
-def process_cpu(pid: int) -> float:
-    """CPU seconds of live process ``pid`` (utime + stime + children's, /proc/<pid>/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 @contextlib.asynccontextmanager
@@ -258,7 +246,7 @@ async def ingest_round(
     procs: Sequence[subprocess.Popen[bytes]],
 ) -> dict[str, float]:
     base = await sink_committed(workdir / "log.db")
-    cpu0 = sum(process_cpu(p.pid) for p in procs)
+    cpu0 = sum(loopback.tree_cpu_seconds(p.pid) for p in procs)
     began = time.monotonic()
     accepted, last = await post_all(port, key, payloads, inflight)
     deadline = time.monotonic() + 900
@@ -267,7 +255,7 @@ async def ingest_round(
             raise SystemExit("the sink did not store everything within 900 s")
         await asyncio.sleep(0.05)
     stored = time.monotonic()
-    cpu = sum(process_cpu(p.pid) for p in procs) - cpu0
+    cpu = sum(loopback.tree_cpu_seconds(p.pid) for p in procs) - cpu0
     return {
         "events": accepted,
         "accepted_per_s": accepted / (last - began),
@@ -393,8 +381,8 @@ def stored_in_duckdb(workdir: Path) -> int:
 async def main(args: argparse.Namespace) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="avcc-playback-"))
     migrate.upgrade(f"sqlite:///{workdir / 'hub.db'}")
-    port = free_port()
-    print(f"layout {args.layout}; {os.cpu_count()} cores; load {os.getloadavg()[0]:.2f}")
+    port = loopback.free_port()
+    print(f"layout {args.layout}; {loopback.machine_load()}")
     accepted_total = 0
     async with hub_processes(args.layout, workdir, port) as procs:
         key, codes = await prepare(workdir, port)
