@@ -13,6 +13,10 @@ from aigc_hub.reliability.notification_feed import FeedSettings
 
 #: The shortest console secret accepted, in characters (a short one is guessable offline).
 MIN_CONSOLE_SECRET = 32
+#: Idle keep-alive seconds of the hub's HTTP servers. uvicorn's default (5 s) equals httpx's
+#: pool expiry, so a client may send on a connection the server is closing at that moment
+#: ("Server disconnected without sending a response"); a longer server side ends that race.
+API_KEEP_ALIVE_S = 75
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,12 @@ class Settings(BaseSettings):
     )
     api_burst: float = Field(40.0, gt=0, description="requests a tenant may send at once")
     api_max_body_bytes: int = Field(1 << 20, ge=1024, description="largest request body")
+    api_keep_alive_s: int = Field(
+        API_KEEP_ALIVE_S,
+        ge=1,
+        description="seconds an idle keep-alive connection stays open; longer than clients' "
+        "pool expiry (httpx: 5 s) so a client never sends on a connection being closed",
+    )
     api_key_cache_s: float = Field(
         5.0,
         ge=0,

@@ -28,7 +28,7 @@ from tests.support.hubs import wait_until
 pytestmark = [pytest.mark.postgres, pytest.mark.kafka]
 
 NODE = "8361"
-EVENTS = 20_000
+EVENTS = 5_000
 FLOODER = "sha256:flooder"
 
 
@@ -74,7 +74,7 @@ def batches(codes: list[str], start_ms: int) -> tuple[list[bytes], int, Decimal,
         for i in range(150)
     ]
     evs = sorted(evs + flood, key=lambda e: e["timestamp"])
-    bodies = [orjson.dumps({"events": evs[i : i + 4000]}) for i in range(0, len(evs), 4000)]
+    bodies = [orjson.dumps({"events": evs[i : i + 1000]}) for i in range(0, len(evs), 1000)]
     return bodies, len(evs), revenue, purchases
 
 

@@ -24,6 +24,7 @@ from aigc_hub.pipelines.generation.pipeline import pipeline as generation
 from aigc_hub.pipelines.generation.settings import GenerationSettings
 from aigc_hub.pipelines.generation.state import STATE, Generation, build
 from aigc_hub.reliability import notifications
+from aigc_hub.settings import API_KEEP_ALIVE_S
 from aigc_hub.store import engine as store_engine
 from tests.support.provider import SECRET, ProviderServer, free_port
 
@@ -112,6 +113,7 @@ async def generation_stack(
             port=port,
             log_level="warning",
             lifespan="off",
+            timeout_keep_alive=API_KEEP_ALIVE_S,
         )
     )
     stop = asyncio.Event()

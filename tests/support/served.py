@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator
 import uvicorn
 from fastapi import FastAPI
 
+from aigc_hub.settings import API_KEEP_ALIVE_S
+
 
 def free_port() -> int:
     """A loopback port nobody listens on now."""
@@ -31,6 +33,7 @@ async def serve(app: FastAPI, *, start_timeout: float = 10.0) -> AsyncIterator[s
         log_config=None,
         lifespan="on",
         timeout_graceful_shutdown=1,
+        timeout_keep_alive=API_KEEP_ALIVE_S,
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())

@@ -62,6 +62,7 @@ async def _serve(settings: Settings, host: str, port: int) -> None:
             port=port,
             log_config=None,
             timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+            timeout_keep_alive=settings.api_keep_alive_s,
         )
         await uvicorn.Server(config).serve()
     finally:

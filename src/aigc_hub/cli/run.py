@@ -92,6 +92,7 @@ async def _with_api(
         port=settings.api_port,
         log_config=None,
         timeout_graceful_shutdown=5,  # open SSE streams must not hold the stop forever
+        timeout_keep_alive=settings.api_keep_alive_s,
     )
     server = _Server(config)
     serving = asyncio.create_task(server.serve(), name="http")

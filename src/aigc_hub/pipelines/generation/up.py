@@ -19,6 +19,7 @@ from aigc_hub.pipeline import Pipeline, UpContext
 from aigc_hub.pipelines.generation.settings import GenerationSettings
 from aigc_hub.pipelines.generation.state import NAME, Generation, build
 from aigc_hub.reliability import webhooks
+from aigc_hub.settings import API_KEEP_ALIVE_S
 
 if TYPE_CHECKING:
     from aigc_hub.bootstrap import Hub
@@ -104,6 +105,7 @@ async def embedded_provider(
             port=config.port,
             log_config=None,
             log_level="warning",
+            timeout_keep_alive=API_KEEP_ALIVE_S,
         )
     )
     serving = asyncio.create_task(server.serve(), name="local-provider")
