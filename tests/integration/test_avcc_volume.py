@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-import os
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -32,11 +31,11 @@ from tests.support.avcc import (
     wait_status,
 )
 from tests.support.hubs import make_broker
+from tests.support.redis_dbs import private_redis_url
 
 N_TENANTS, N_ORIGINALS, N_COPIES, N_HUMAN = 3, 180, 15, 5  # 200 applications
 FLOW = ["APPLIED", "APPROVED", "ANCHORING", "ANCHORED", "CODED"]
 HUMAN_FLOW = ["APPLIED", "NEED_HUMAN", "APPROVED", "ANCHORING", "ANCHORED", "CODED"]
-REDIS_URL = os.environ.get("AIGC_HUB_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
 def as_jpeg(png: bytes) -> bytes:
@@ -66,7 +65,7 @@ async def profile_stack(
         secret_key=seaweed.secret_key,
     )
     await store.ensure_bucket()
-    cache = RedisCache.from_url(f"{REDIS_URL.rsplit('/', 1)[0]}/11", prefix="avcc-test:")
+    cache = RedisCache.from_url(private_redis_url("avcc-stack"), prefix="avcc-test:")
     async with avcc_stack(
         request.getfixturevalue("pg_url"), kafka.broker(), tmp_path, blobs=store, cache=cache
     ) as stack:

@@ -15,30 +15,17 @@ import pytest
 
 from aigc_hub.core.failpoints import Failpoints
 from aigc_hub.testing.tansu import KafkaEndpoint
-from tests.conftest import service_missing
 from tests.support import effects as fx
 from tests.support.hubs import DoublePublisher, hub_for
+from tests.support.redis_dbs import private_redis_url
 
 ROOT = Path(__file__).resolve().parents[2]
-REDIS_URL = os.environ.get("AIGC_HUB_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 N = 10_000
 KEYS = 997
 
 
 def _pairs(settings: object) -> str:
     return ",".join(f"{k}={v}" for k, v in dict(settings).items())  # type: ignore[call-overload]
-
-
-def _redis_db() -> str:
-    from redis import Redis
-
-    db = f"{REDIS_URL.rsplit('/', 1)[0]}/10"
-    try:
-        with Redis.from_url(db) as client:
-            client.flushdb()
-    except Exception as exc:
-        service_missing("Redis", f"{db}: {exc.__class__.__name__}")
-    return db
 
 
 def _worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -66,7 +53,7 @@ async def test_exactly_once_with_two_workers_and_a_sigkill(
         "AIGC_HUB_KAFKA_CONSUMER_CONFIG": _pairs(kafka_endpoint.consumer_settings),
         "AIGC_HUB_KAFKA_PRODUCER_CONFIG": _pairs(kafka_endpoint.producer_settings),
         "AIGC_HUB_DATABASE_URL": pg_url,
-        "AIGC_HUB_REDIS_URL": _redis_db(),
+        "AIGC_HUB_REDIS_URL": private_redis_url("scale-hub"),
         "AIGC_HUB_DATA_DIR": str(tmp_path),
         "AIGC_HUB_PIPELINES": "tests.support.effects:pipeline",
         "AIGC_HUB_LOG_LEVEL": "WARNING",

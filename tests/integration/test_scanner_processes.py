@@ -15,7 +15,7 @@ import pytest
 from aigc_hub.core.clock import SystemClock
 from aigc_hub.reliability.leases import DatabaseLeases
 from aigc_hub.store import engine as store_engine
-from tests.conftest import service_missing
+from tests.support.redis_dbs import private_redis_url
 
 ROOT = Path(__file__).resolve().parents[2]
 TTL_MS = 2_000
@@ -29,9 +29,6 @@ def _scan_process(env: dict[str, str]) -> subprocess.Popen[bytes]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-
-
-REDIS_URL = os.environ.get("AIGC_HUB_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
 @pytest.fixture(params=["database-leases", pytest.param("redis-leases", marks=pytest.mark.redis)])
@@ -50,15 +47,7 @@ def scan_env(sqlite_url: str, tmp_path: Path, leases_kind: str) -> Iterator[dict
         "PYTHONPATH": str(ROOT),
     }
     if leases_kind == "redis-leases":
-        from redis import Redis
-
-        db = f"{REDIS_URL.rsplit('/', 1)[0]}/9"  # a database of its own, emptied first
-        try:
-            with Redis.from_url(db) as client:
-                client.flushdb()
-        except Exception as exc:
-            service_missing("Redis", f"{db}: {exc.__class__.__name__}")
-        env["AIGC_HUB_REDIS_URL"] = db
+        env["AIGC_HUB_REDIS_URL"] = private_redis_url("scanner-leases")
     yield env
 
 

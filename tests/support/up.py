@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.support.provider import free_port, require_ffmpeg
+from tests.support.redis_dbs import private_redis_url
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The two profiles every acceptance test of `up` runs on (scale: Kafka on Tansu,
@@ -44,7 +45,7 @@ def profile_env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str
     """Embedded defaults, or the scale profile: Kafka (Tansu) + PostgreSQL + Redis."""
     if request.param == "embedded":
         return {"AIGC_HUB_DATABASE_URL": f"sqlite:///{tmp_path / 'var' / 'hub.db'}"}
-    from tests.integration.test_scale_profile import _pairs, _redis_db
+    from tests.integration.test_scale_profile import _pairs
 
     kafka = request.getfixturevalue("kafka_endpoint")
     return {
@@ -53,7 +54,7 @@ def profile_env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str
         "AIGC_HUB_KAFKA_CONSUMER_CONFIG": _pairs(kafka.consumer_settings),
         "AIGC_HUB_KAFKA_PRODUCER_CONFIG": _pairs(kafka.producer_settings),
         "AIGC_HUB_DATABASE_URL": request.getfixturevalue("pg_url"),
-        "AIGC_HUB_REDIS_URL": _redis_db(),
+        "AIGC_HUB_REDIS_URL": private_redis_url("scale-hub"),
     }
 
 
