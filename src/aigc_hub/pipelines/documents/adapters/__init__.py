@@ -1,0 +1,1 @@
+"""Outside systems of the documents pipeline, behind one protocol each."""
