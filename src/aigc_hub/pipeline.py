@@ -46,6 +46,14 @@ Handler = Callable[["Envelope", "HandlerContext"], Awaitable[list["Envelope"]]]
 #: time-driven handlers close their windows on it. What it keeps in memory past its return is
 #: not redelivered after a crash (those offsets are committed).
 StreamHandler = Callable[[Sequence["Record"]], Awaitable[None]]
+#: A batch handler's results, one per record in order: the events that record emits, or the
+#: exception that fails that record alone (the others of the batch still commit).
+BatchResults = Sequence["list[Envelope] | Exception"]
+#: A batch handler (a batch consumer group, :meth:`PipelineBase.batch_handler`): gets records
+#: as ``(envelope, ctx)`` pairs, does one outside call for all of them (an embedding model's
+#: batch), stages each record's writes on its own ``ctx`` and returns one result per record.
+#: Raising fails every record of the batch; each is then retried alone (a batch of one).
+BatchHandler = Callable[[Sequence["tuple[Envelope, HandlerContext]"]], Awaitable[BatchResults]]
 #: Why a consumer group must stop taking records now, or None to go on.
 PauseCheck = Callable[[], "str | None"]
 
@@ -155,6 +163,10 @@ S = TypeVar("S")
 StateFactory = Callable[["Hub", "Settings"], S]
 #: A consumer handler that needs its pipeline's state (given first).
 StateHandler = Callable[[S, "Envelope", "HandlerContext"], Awaitable[list["Envelope"]]]
+#: A batch handler that needs its pipeline's state (given first).
+StateBatchHandler = Callable[
+    [S, Sequence["tuple[Envelope, HandlerContext]"]], Awaitable[BatchResults]
+]
 #: Builds a scanner from its pipeline's state.
 StateScannerFactory = Callable[[S], "Scanner"]
 #: Builds a stream handler from its pipeline's state (bound once, at hub start).
@@ -192,6 +204,17 @@ class EventSpec:
 
 
 @dataclass(frozen=True)
+class Batching:
+    """How a batch consumer group gathers records for its :data:`BatchHandler`."""
+
+    handler: BatchHandler
+    #: A batch is handed over when it holds this many records...
+    max_records: int = 50
+    #: ... or when its first record has waited this long (seconds).
+    max_wait_s: float = 2.0
+
+
+@dataclass(frozen=True)
 class HandlerSpec:
     """A consumer group: which topics it reads, its handler and its limits."""
 
@@ -204,6 +227,9 @@ class HandlerSpec:
     #: Asked before each fetch: a reason to stop taking work (a full scratch disk), or None.
     #: Records stay in the broker meanwhile (seed 004 §3.9.4: pause consumption, not the API).
     pause: PauseCheck | None = None
+    #: Set for a batch group: the runtime gathers records into batches for this handler
+    #: (``handler`` then hands it one record at a time, as a batch of one).
+    batching: Batching | None = None
 
 
 @dataclass(frozen=True)
@@ -331,6 +357,42 @@ class PipelineBase:
 
         return register
 
+    def batch_handler(
+        self,
+        group: str,
+        topics: Sequence[str],
+        *,
+        max_records: int = 50,
+        max_wait_s: float = 2.0,
+        concurrency: int = 2,
+        timeout: float | None = None,
+    ) -> Callable[[BatchHandler], BatchHandler]:
+        """Function decorator: run ``fn(items)`` as batch consumer group ``group``.
+
+        A batch group is a consumer group (inbox, retries, dead letters, the outbox) whose
+        handler gets up to ``max_records`` records at once, or what came within
+        ``max_wait_s`` of the first; ``concurrency`` batches run at once. Each record's
+        effect is still exactly once: its writes commit with its own inbox mark. Records of
+        one key may share a batch or be in two batches at once, so per-key order does not
+        hold here: use it where a record's effect does not depend on its key's previous one.
+        """
+
+        def register(fn: BatchHandler) -> BatchHandler:
+            self.handlers.append(
+                HandlerSpec(
+                    group,
+                    tuple(topics),
+                    _one_by_one(fn),
+                    concurrency,
+                    timeout,
+                    self.name,
+                    batching=Batching(fn, max_records, max_wait_s),
+                )
+            )
+            return fn
+
+        return register
+
     def stream(
         self,
         group: str,
@@ -368,6 +430,8 @@ class Pipeline(PipelineBase, Generic[S]):
     state_pauses: dict[str, Callable[[S], str | None]] = field(default_factory=dict)
     #: Stream handlers built from the state, by group, bound at :meth:`start`.
     state_streams: dict[str, StateStreamFactory[S]] = field(default_factory=dict)
+    #: Batch handlers that receive the state, by group, bound at :meth:`start`.
+    state_batch_handlers: dict[str, StateBatchHandler[S]] = field(default_factory=dict)
 
     @property
     def key(self) -> StateKey[S]:
@@ -382,20 +446,16 @@ class Pipeline(PipelineBase, Generic[S]):
     def start(self, hub: Hub, settings: Settings) -> Started:
         """Build the state once and bind the handlers and scanners that receive it."""
         if self.state is None:
-            if self.state_handlers or self.state_scanners or self.state_streams:
+            if (
+                self.state_handlers
+                or self.state_scanners
+                or self.state_streams
+                or self.state_batch_handlers
+            ):
                 raise TypeError(f"pipeline {self.name!r} uses state but declares no factory")
             return super().start(hub, settings)
         state = self.state(hub, settings)
-        handlers = [
-            replace(
-                spec,
-                handler=_bound(self.state_handlers[spec.group], state),
-                pause=_bound_pause(self.state_pauses.get(spec.group), state),
-            )
-            if spec.group in self.state_handlers
-            else spec
-            for spec in self.handlers
-        ]
+        handlers = [self._bind(spec, state) for spec in self.handlers]
         scanners: list[ScannerFactory] = [
             *self.scanners,
             *(_bound_scanner(factory, state) for factory in self.state_scanners),
@@ -407,6 +467,21 @@ class Pipeline(PipelineBase, Generic[S]):
             for spec in self.streams
         ]
         return Started(state, handlers, scanners, streams)
+
+    def _bind(self, spec: HandlerSpec, state: S) -> HandlerSpec:
+        """``spec`` with its state handler (plain or batch) and pause check bound to ``state``."""
+        if spec.group in self.state_batch_handlers and spec.batching is not None:
+            batch = _bound_batch(self.state_batch_handlers[spec.group], state)
+            return replace(
+                spec, handler=_one_by_one(batch), batching=replace(spec.batching, handler=batch)
+            )
+        if spec.group in self.state_handlers:
+            return replace(
+                spec,
+                handler=_bound(self.state_handlers[spec.group], state),
+                pause=_bound_pause(self.state_pauses.get(spec.group), state),
+            )
+        return spec
 
     def scanner_with_state(self, factory: StateScannerFactory[S]) -> StateScannerFactory[S]:
         """Register a scanner built from this pipeline's state (bound at hub start)."""
@@ -442,6 +517,36 @@ class Pipeline(PipelineBase, Generic[S]):
             self.state_handlers[group] = fn
             if pause is not None:
                 self.state_pauses[group] = pause
+            return fn
+
+        return register
+
+    def batch_handler_with_state(
+        self,
+        group: str,
+        topics: Sequence[str],
+        *,
+        max_records: int = 50,
+        max_wait_s: float = 2.0,
+        concurrency: int = 2,
+        timeout: float | None = None,
+    ) -> Callable[[StateBatchHandler[S]], StateBatchHandler[S]]:
+        """Like :meth:`batch_handler` for ``fn(state, items)``: the hub binds the state."""
+
+        def register(fn: StateBatchHandler[S]) -> StateBatchHandler[S]:
+            unbound = _unbound_batch(self.name, group)
+            self.handlers.append(
+                HandlerSpec(
+                    group,
+                    tuple(topics),
+                    _one_by_one(unbound),
+                    concurrency,
+                    timeout,
+                    self.name,
+                    batching=Batching(unbound, max_records, max_wait_s),
+                )
+            )
+            self.state_batch_handlers[group] = fn
             return fn
 
         return register
@@ -493,6 +598,43 @@ def _bound(fn: StateHandler[S], state: S) -> Handler:
         return await fn(state, env, ctx)
 
     return handle
+
+
+def _bound_batch(fn: StateBatchHandler[S], state: S) -> BatchHandler:
+    """The batch handler ``fn`` with its state fixed."""
+
+    async def handle(items: Sequence[tuple[Envelope, HandlerContext]]) -> BatchResults:
+        return await fn(state, items)
+
+    return handle
+
+
+def _one_by_one(fn: BatchHandler) -> Handler:
+    """A plain handler that hands ``fn`` one record as a batch of one (what the runtime does
+    with a record retried alone, and what a caller without the batching runtime gets)."""
+
+    async def handle(env: Envelope, ctx: HandlerContext) -> list[Envelope]:
+        results = await fn([(env, ctx)])
+        if len(results) != 1:
+            raise TypeError(f"a batch handler returned {len(results)} results for 1 record")
+        result = results[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    return handle
+
+
+def _unbound_batch(pipeline: str, group: str) -> BatchHandler:
+    """Stands in for a state batch handler until the hub starts (and binds the real one)."""
+
+    async def refuse(items: Sequence[tuple[Envelope, HandlerContext]]) -> BatchResults:
+        raise RuntimeError(
+            f"consumer group {group!r} needs pipeline {pipeline!r}'s state: "
+            "run it through a started hub (Hub.start builds the state)"
+        )
+
+    return refuse
 
 
 def _bound_pause(check: Callable[[S], str | None] | None, state: S) -> PauseCheck | None:
