@@ -28,6 +28,7 @@ from aigc_hub.messaging.catalog import TopicSpec
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
     from aigc_hub.bootstrap import Hub
     from aigc_hub.core.envelope import Envelope
@@ -54,6 +55,9 @@ BatchResults = Sequence["list[Envelope] | Exception"]
 #: batch), stages each record's writes on its own ``ctx`` and returns one result per record.
 #: Raising fails every record of the batch; each is then retried alone (a batch of one).
 BatchHandler = Callable[[Sequence["tuple[Envelope, HandlerContext]"]], Awaitable[BatchResults]]
+#: Runs in the transaction that stores a group's dead letter (see :attr:`HandlerSpec.
+#: on_dead_letter`): the pipeline's facts about the record's failure, e.g. its task FAILED.
+DeadLetterHook = Callable[["AsyncConnection", "Envelope", BaseException], Awaitable[None]]
 #: Why a consumer group must stop taking records now, or None to go on.
 PauseCheck = Callable[[], "str | None"]
 
@@ -163,6 +167,8 @@ S = TypeVar("S")
 StateFactory = Callable[["Hub", "Settings"], S]
 #: A consumer handler that needs its pipeline's state (given first).
 StateHandler = Callable[[S, "Envelope", "HandlerContext"], Awaitable[list["Envelope"]]]
+#: A dead-letter hook that needs its pipeline's state (given first).
+StateDeadLetterHook = Callable[[S, "AsyncConnection", "Envelope", BaseException], Awaitable[None]]
 #: A batch handler that needs its pipeline's state (given first).
 StateBatchHandler = Callable[
     [S, Sequence["tuple[Envelope, HandlerContext]"]], Awaitable[BatchResults]
@@ -230,6 +236,11 @@ class HandlerSpec:
     #: Set for a batch group: the runtime gathers records into batches for this handler
     #: (``handler`` then hands it one record at a time, as a batch of one).
     batching: Batching | None = None
+    #: Run in the same transaction as the dead letter of one of this group's records, so the
+    #: pipeline's own facts say it failed (a task FAILED with its reason) exactly when the
+    #: dead letter exists. A hook that raises stores neither: the record stays unfinished
+    #: (its offset uncommitted) and comes back on the group's next start.
+    on_dead_letter: DeadLetterHook | None = None
 
 
 @dataclass(frozen=True)
@@ -346,12 +357,21 @@ class PipelineBase:
         *,
         concurrency: int = 4,
         timeout: float | None = None,
+        on_dead_letter: DeadLetterHook | None = None,
     ) -> Callable[[H], H]:
         """Function decorator: run this handler as consumer group ``group`` over ``topics``."""
 
         def register(fn: H) -> H:
             self.handlers.append(
-                HandlerSpec(group, tuple(topics), fn, concurrency, timeout, self.name)
+                HandlerSpec(
+                    group,
+                    tuple(topics),
+                    fn,
+                    concurrency,
+                    timeout,
+                    self.name,
+                    on_dead_letter=on_dead_letter,
+                )
             )
             return fn
 
@@ -366,6 +386,7 @@ class PipelineBase:
         max_wait_s: float = 2.0,
         concurrency: int = 2,
         timeout: float | None = None,
+        on_dead_letter: DeadLetterHook | None = None,
     ) -> Callable[[BatchHandler], BatchHandler]:
         """Function decorator: run ``fn(items)`` as batch consumer group ``group``.
 
@@ -387,6 +408,7 @@ class PipelineBase:
                     timeout,
                     self.name,
                     batching=Batching(fn, max_records, max_wait_s),
+                    on_dead_letter=on_dead_letter,
                 )
             )
             return fn
@@ -432,6 +454,8 @@ class Pipeline(PipelineBase, Generic[S]):
     state_streams: dict[str, StateStreamFactory[S]] = field(default_factory=dict)
     #: Batch handlers that receive the state, by group, bound at :meth:`start`.
     state_batch_handlers: dict[str, StateBatchHandler[S]] = field(default_factory=dict)
+    #: Dead-letter hooks of state handlers' groups, bound at :meth:`start`.
+    state_dead_letter_hooks: dict[str, StateDeadLetterHook[S]] = field(default_factory=dict)
 
     @property
     def key(self) -> StateKey[S]:
@@ -451,6 +475,7 @@ class Pipeline(PipelineBase, Generic[S]):
                 or self.state_scanners
                 or self.state_streams
                 or self.state_batch_handlers
+                or self.state_dead_letter_hooks
             ):
                 raise TypeError(f"pipeline {self.name!r} uses state but declares no factory")
             return super().start(hub, settings)
@@ -469,7 +494,11 @@ class Pipeline(PipelineBase, Generic[S]):
         return Started(state, handlers, scanners, streams)
 
     def _bind(self, spec: HandlerSpec, state: S) -> HandlerSpec:
-        """``spec`` with its state handler (plain or batch) and pause check bound to ``state``."""
+        """``spec`` with its state handler (plain or batch), pause check and dead-letter hook
+        bound to ``state``."""
+        hook = self.state_dead_letter_hooks.get(spec.group)
+        if hook is not None:
+            spec = replace(spec, on_dead_letter=_bound_hook(hook, state))
         if spec.group in self.state_batch_handlers and spec.batching is not None:
             batch = _bound_batch(self.state_batch_handlers[spec.group], state)
             return replace(
@@ -496,6 +525,7 @@ class Pipeline(PipelineBase, Generic[S]):
         concurrency: int = 4,
         timeout: float | None = None,
         pause: Callable[[S], str | None] | None = None,
+        on_dead_letter: StateDeadLetterHook[S] | None = None,
     ) -> Callable[[StateHandler[S]], StateHandler[S]]:
         """Like :meth:`handler` for ``fn(state, env, ctx)``: the hub binds the state at start.
 
@@ -517,6 +547,8 @@ class Pipeline(PipelineBase, Generic[S]):
             self.state_handlers[group] = fn
             if pause is not None:
                 self.state_pauses[group] = pause
+            if on_dead_letter is not None:
+                self.state_dead_letter_hooks[group] = on_dead_letter
             return fn
 
         return register
@@ -530,6 +562,7 @@ class Pipeline(PipelineBase, Generic[S]):
         max_wait_s: float = 2.0,
         concurrency: int = 2,
         timeout: float | None = None,
+        on_dead_letter: StateDeadLetterHook[S] | None = None,
     ) -> Callable[[StateBatchHandler[S]], StateBatchHandler[S]]:
         """Like :meth:`batch_handler` for ``fn(state, items)``: the hub binds the state."""
 
@@ -547,6 +580,8 @@ class Pipeline(PipelineBase, Generic[S]):
                 )
             )
             self.state_batch_handlers[group] = fn
+            if on_dead_letter is not None:
+                self.state_dead_letter_hooks[group] = on_dead_letter
             return fn
 
         return register
@@ -607,6 +642,15 @@ def _bound_batch(fn: StateBatchHandler[S], state: S) -> BatchHandler:
         return await fn(state, items)
 
     return handle
+
+
+def _bound_hook(hook: StateDeadLetterHook[S], state: S) -> DeadLetterHook:
+    """The dead-letter hook ``hook`` with its state fixed."""
+
+    async def on_dead_letter(conn: AsyncConnection, env: Envelope, error: BaseException) -> None:
+        await hook(state, conn, env, error)
+
+    return on_dead_letter
 
 
 def _one_by_one(fn: BatchHandler) -> Handler:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from aigc_hub.bootstrap import Hub
 from aigc_hub.core.clock import ManualClock
@@ -47,8 +49,17 @@ def batch_pipeline(calls: Calls, *, max_records: int, max_wait_s: float, slots: 
     p.topic(TopicSpec(fx.TOPIC, 6, 7 * 86_400_000, pipeline="effects"))
     p.event(fx.EVENT, 1, topic=fx.TOPIC)(fx.EffectRequested)
 
+    async def note_failure(conn: AsyncConnection, env: Envelope, error: BaseException) -> None:
+        # The pipeline's own fact about the failure, committed with the dead letter.
+        await conn.execute(fx.facts.insert().values(key=env.key, n=-1))
+
     @p.batch_handler(
-        GROUP, [fx.TOPIC], max_records=max_records, max_wait_s=max_wait_s, concurrency=slots
+        GROUP,
+        [fx.TOPIC],
+        max_records=max_records,
+        max_wait_s=max_wait_s,
+        concurrency=slots,
+        on_dead_letter=note_failure,
     )
     async def write_effects(items: Sequence[tuple[Envelope, HandlerContext]]) -> BatchResults:
         calls.sizes.append(len(items))
@@ -165,6 +176,11 @@ async def test_no_more_than_concurrency_batches_run_at_once(
     assert calls.sizes[2:] and all(size == 5 for size in calls.sizes[2:])
 
 
+async def failure_facts(hub: Hub) -> list[str]:
+    async with hub.engine.connect() as conn:
+        return list((await conn.execute(sa.select(fx.facts.c.key))).scalars())
+
+
 async def test_a_records_own_failure_dead_letters_it_alone(sqlite_url: str, tmp_path: Path) -> None:
     calls = Calls(poison={"doc-3"})
     pipeline = batch_pipeline(calls, max_records=10, max_wait_s=0.2, slots=1)
@@ -178,7 +194,10 @@ async def test_a_records_own_failure_dead_letters_it_alone(sqlite_url: str, tmp_
 
             await wait_until(settled, timeout=30)
         [letter] = await hub.dlq.list(DeadLetterFilter(consumer=GROUP))
+        noted = await failure_facts(hub)
     assert letter.key == "doc-3" and "bad data" in letter.error_message
+    # The group's dead-letter hook wrote its fact in the dead letter's transaction.
+    assert noted == ["doc-3"]
     # The nine others committed from the one call: nothing was tried twice.
     assert calls.sizes == [10]
 
@@ -199,7 +218,9 @@ async def test_a_failed_batch_is_retried_record_by_record(sqlite_url: str, tmp_p
             await wait_until(settled, timeout=30, clock=clock)
         [letter] = await hub.dlq.list(DeadLetterFilter(consumer=GROUP))
         counts = await effects_of(hub)
+        noted = await failure_facts(hub)
     assert letter.key == "doc-5" and letter.error_class == "PermanentError"
+    assert noted == ["doc-5"]
     assert counts == {f"doc-{i}": 1 for i in range(8) if i != 5}
     # One call of eight failed; then each record was tried alone, once.
     assert calls.sizes[0] == 8 and calls.sizes[1:] == [1] * 8

@@ -152,6 +152,7 @@ class ConsumerGroupRuntime:
             deps.delayed,
             on_parked=self._mark_parked,
             on_released=self._mark_released,
+            on_dead_letter=spec.on_dead_letter,
         )
         # Built once per group; a layer that would do nothing for it is left out, not skipped
         # per event.
