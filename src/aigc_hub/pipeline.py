@@ -61,6 +61,10 @@ DeadLetterHook = Callable[["AsyncConnection", "Envelope", BaseException], Awaita
 #: Why a consumer group must stop taking records now, or None to go on.
 PauseCheck = Callable[[], "str | None"]
 
+#: The largest body a pipeline's routes under a path prefix take, given the started hub
+#: (e.g. its settings' upload limit): larger than the API's default, for uploads.
+BodyLimitOf = Callable[["Hub"], int]
+
 #: Builds a pipeline's scanner once the hub (engine, outbox, clock…) exists.
 ScannerFactory = Callable[["Hub"], "Scanner"]
 
@@ -299,6 +303,8 @@ class PipelineBase:
     migrations: Path | None = None
     #: Outside processes ``up`` starts for it (see :data:`UpHook`).
     up_hooks: list[UpHook] = field(default_factory=list)
+    #: Path prefixes (under ``/v1``) whose bodies may pass the API's body limit: uploads.
+    body_limits: list[tuple[str, BodyLimitOf]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not _ALIAS.fullmatch(self.short_name):
@@ -320,6 +326,14 @@ class PipelineBase:
         """Register an outside process ``aigc-hub up`` runs beside the hub (see :data:`UpHook`)."""
         self.up_hooks.append(hook)
         return hook
+
+    def body_limit(self, prefix: str, limit: BodyLimitOf) -> None:
+        """Let bodies of requests under ``/v1{prefix}`` be up to ``limit(hub)`` bytes instead
+        of the API's limit (an upload route); the limit is still enforced on the bytes as
+        they stream in, before any route reads them."""
+        if not prefix.startswith("/"):
+            raise ValueError(f"a body-limit prefix starts with '/': {prefix!r}")
+        self.body_limits.append((prefix, limit))
 
     def topic(self, spec: TopicSpec) -> TopicSpec:
         """Declare a topic this pipeline owns (the hub and `aigc-hub topics` merge it in)."""
@@ -454,6 +468,8 @@ class Pipeline(PipelineBase, Generic[S]):
     state_streams: dict[str, StateStreamFactory[S]] = field(default_factory=dict)
     #: Batch handlers that receive the state, by group, bound at :meth:`start`.
     state_batch_handlers: dict[str, StateBatchHandler[S]] = field(default_factory=dict)
+    #: Batch shapes read from the state, by group, applied at :meth:`start`.
+    state_batch_shapes: dict[str, Callable[[S], tuple[int, float]]] = field(default_factory=dict)
     #: Dead-letter hooks of state handlers' groups, bound at :meth:`start`.
     state_dead_letter_hooks: dict[str, StateDeadLetterHook[S]] = field(default_factory=dict)
 
@@ -501,9 +517,12 @@ class Pipeline(PipelineBase, Generic[S]):
             spec = replace(spec, on_dead_letter=_bound_hook(hook, state))
         if spec.group in self.state_batch_handlers and spec.batching is not None:
             batch = _bound_batch(self.state_batch_handlers[spec.group], state)
-            return replace(
-                spec, handler=_one_by_one(batch), batching=replace(spec.batching, handler=batch)
-            )
+            batching = replace(spec.batching, handler=batch)
+            shape = self.state_batch_shapes.get(spec.group)
+            if shape is not None:
+                max_records, max_wait_s = shape(state)
+                batching = replace(batching, max_records=max_records, max_wait_s=max_wait_s)
+            return replace(spec, handler=_one_by_one(batch), batching=batching)
         if spec.group in self.state_handlers:
             return replace(
                 spec,
@@ -563,8 +582,12 @@ class Pipeline(PipelineBase, Generic[S]):
         concurrency: int = 2,
         timeout: float | None = None,
         on_dead_letter: StateDeadLetterHook[S] | None = None,
+        shape: Callable[[S], tuple[int, float]] | None = None,
     ) -> Callable[[StateBatchHandler[S]], StateBatchHandler[S]]:
-        """Like :meth:`batch_handler` for ``fn(state, items)``: the hub binds the state."""
+        """Like :meth:`batch_handler` for ``fn(state, items)``: the hub binds the state.
+
+        ``shape(state)``, when given, is the batches' ``(max_records, max_wait_s)`` read from
+        the state (its settings) at hub start, in place of the declared ones."""
 
         def register(fn: StateBatchHandler[S]) -> StateBatchHandler[S]:
             unbound = _unbound_batch(self.name, group)
@@ -580,6 +603,8 @@ class Pipeline(PipelineBase, Generic[S]):
                 )
             )
             self.state_batch_handlers[group] = fn
+            if shape is not None:
+                self.state_batch_shapes[group] = shape
             if on_dead_letter is not None:
                 self.state_dead_letter_hooks[group] = on_dead_letter
             return fn

@@ -58,7 +58,10 @@ def create_app(
     if served and isinstance(hub.blobs, blobs.HubServedBlobs):
         app.include_router(blobs.router(hub.blobs))
     exempt = (blobs.PREFIX + "/",) if served else ()
-    app.add_middleware(BodyLimits, limits=limits, exempt=exempt)
+    larger = tuple(
+        (API_PREFIX + prefix, limit(hub)) for p in hub.pipelines for prefix, limit in p.body_limits
+    )
+    app.add_middleware(BodyLimits, limits=limits, exempt=exempt, larger=larger)
     app.include_router(health.router)
     app.include_router(admin.router, prefix="/admin")
     app.include_router(events.router, prefix=API_PREFIX)

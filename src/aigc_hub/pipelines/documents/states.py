@@ -3,7 +3,8 @@
 
     queued ──▶ processing ──▶ completed
        │            │
-       └────────────┴──▶ failed            (any of them) ──▶ deleted
+       └────────────┴──▶ failed ──(retried from the DLQ)──▶ processing
+                                            (any of them) ──▶ deleted
 
 ``processing`` spans chunking, embedding, storing and the analysis (``stage`` and
 ``progress`` say which); ``failed`` keeps its reason; ``deleted`` is the end of every task
@@ -37,7 +38,8 @@ TASK_MACHINE = StateMachine(
         S.QUEUED: frozenset({S.PROCESSING, S.FAILED, S.DELETED}),
         S.PROCESSING: frozenset({S.COMPLETED, S.FAILED, S.DELETED}),
         S.COMPLETED: frozenset({S.DELETED}),
-        S.FAILED: frozenset({S.DELETED}),
+        # A dead letter retried (the seed's DLQ API) takes its task up again.
+        S.FAILED: frozenset({S.PROCESSING, S.DELETED}),
         S.DELETED: frozenset(),
     },
     terminal=frozenset({S.DELETED}),
