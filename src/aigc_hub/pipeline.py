@@ -286,6 +286,9 @@ class PipelineBase:
     scanners: list[ScannerFactory] = field(default_factory=list)
     #: FastAPI routers mounted under ``/v1`` by the HTTP app.
     routers: list[APIRouter] = field(default_factory=list)
+    #: Routers mounted at the root, outside ``/v1``: only for paths a seed fixes (seed 003's
+    #: ``/api/admin/dlq``), so its clients work unchanged.
+    root_routers: list[APIRouter] = field(default_factory=list)
     timelines: list[TimelineSource] = field(default_factory=list)
     #: Sources of the console's gallery (see :data:`GallerySource`).
     galleries: list[GallerySource] = field(default_factory=list)

@@ -70,6 +70,8 @@ def create_app(
     for pipeline in hub.pipelines:
         for router in pipeline.routers:
             app.include_router(router, prefix=API_PREFIX)
+        for router in pipeline.root_routers:
+            app.include_router(router)
     for router in routers or []:
         app.include_router(router, prefix=API_PREFIX)
     return app
