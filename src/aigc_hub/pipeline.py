@@ -58,6 +58,10 @@ BatchHandler = Callable[[Sequence["tuple[Envelope, HandlerContext]"]], Awaitable
 #: Runs in the transaction that stores a group's dead letter (see :attr:`HandlerSpec.
 #: on_dead_letter`): the pipeline's facts about the record's failure, e.g. its task FAILED.
 DeadLetterHook = Callable[["AsyncConnection", "Envelope", BaseException], Awaitable[None]]
+#: A pipeline's own reason to refuse new work now, as ``(retry_after_s, reason)``, or None
+#: to admit (an AI service it depends on is overloaded, say): asked by the admission gate
+#: beside the lag monitor's breaches.
+AdmissionCheck = Callable[[], "tuple[int, str] | None"]
 #: Why a consumer group must stop taking records now, or None to go on.
 PauseCheck = Callable[[], "str | None"]
 
@@ -270,6 +274,8 @@ class Started:
     handlers: list[HandlerSpec]
     scanners: list[ScannerFactory]
     streams: list[StreamSpec] = field(default_factory=list)
+    #: Its own admission checks, bound to its state.
+    admission: list[AdmissionCheck] = field(default_factory=list)
 
 
 @dataclass
@@ -471,6 +477,10 @@ class Pipeline(PipelineBase, Generic[S]):
     state_streams: dict[str, StateStreamFactory[S]] = field(default_factory=dict)
     #: Batch handlers that receive the state, by group, bound at :meth:`start`.
     state_batch_handlers: dict[str, StateBatchHandler[S]] = field(default_factory=dict)
+    #: Admission checks that read the state, bound at :meth:`start`.
+    state_admission_checks: list[Callable[[S], tuple[int, str] | None]] = field(
+        default_factory=list
+    )
     #: Batch shapes read from the state, by group, applied at :meth:`start`.
     state_batch_shapes: dict[str, Callable[[S], tuple[int, float]]] = field(default_factory=dict)
     #: Dead-letter hooks of state handlers' groups, bound at :meth:`start`.
@@ -495,6 +505,7 @@ class Pipeline(PipelineBase, Generic[S]):
                 or self.state_streams
                 or self.state_batch_handlers
                 or self.state_dead_letter_hooks
+                or self.state_admission_checks
             ):
                 raise TypeError(f"pipeline {self.name!r} uses state but declares no factory")
             return super().start(hub, settings)
@@ -510,7 +521,17 @@ class Pipeline(PipelineBase, Generic[S]):
             else spec
             for spec in self.streams
         ]
-        return Started(state, handlers, scanners, streams)
+        admission = [_bound_check(check, state) for check in self.state_admission_checks]
+        return Started(state, handlers, scanners, streams, admission)
+
+    def admission_check_with_state(
+        self, check: Callable[[S], tuple[int, str] | None]
+    ) -> Callable[[S], tuple[int, str] | None]:
+        """Register a check the admission gate asks before admitting new work for this
+        pipeline (:data:`AdmissionCheck`, given the state): ``(retry_after_s, reason)``
+        refuses with 429 and ``Retry-After``."""
+        self.state_admission_checks.append(check)
+        return check
 
     def _bind(self, spec: HandlerSpec, state: S) -> HandlerSpec:
         """``spec`` with its state handler (plain or batch), pause check and dead-letter hook
@@ -670,6 +691,11 @@ def _bound_batch(fn: StateBatchHandler[S], state: S) -> BatchHandler:
         return await fn(state, items)
 
     return handle
+
+
+def _bound_check(check: Callable[[S], tuple[int, str] | None], state: S) -> AdmissionCheck:
+    """The admission check ``check`` with its state fixed."""
+    return lambda: check(state)
 
 
 def _bound_hook(hook: StateDeadLetterHook[S], state: S) -> DeadLetterHook:
