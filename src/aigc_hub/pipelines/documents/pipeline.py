@@ -8,7 +8,10 @@ Consumer groups, named as the seed names them, each its own concurrency pool:
 * ``embedding-workers`` (§4.2, a batch group: 50 chunks or 2 s, 2 batches at once) —
   ``chunks-created`` → the embedding model → ``embeddings-generated``;
 * ``vector-storage-workers`` (§4.3, a batch group, 2 at once) — ``embeddings-generated`` →
-  the vector store → the task's progress and end.
+  the vector store → the task's progress and end, or ``ai-analysis-requests``;
+* ``ai-analysis-workers`` (§7, concurrency 5) — ``ai-analysis-requests`` → the analyzer →
+  the report, the task completed, ``ai-analysis-completed``; paced by the backpressure,
+  which also closes the admission gate for new documents while it is on.
 
 The seed's error handler (§6.1: 1 s → 2 s → 4 s, 3 attempts, non-retryable errors straight
 to the dead-letter topic) is the backbone's; its idempotency guard (§5) is the inbox.
@@ -19,7 +22,7 @@ from __future__ import annotations
 from aigc_hub.pipeline import Pipeline
 
 from . import events, http, models
-from .handlers import chunking, embedding, storage
+from .handlers import analysis, chunking, embedding, storage
 from .settings import DocumentsSettings
 from .state import NAME, Documents, build_state
 
@@ -71,3 +74,7 @@ pipeline.batch_handler_with_state(
     timeout=600,
     shape=_batch_shape,
 )(storage.on_embeddings)
+pipeline.handler_with_state(
+    "ai-analysis-workers", [events.ANALYSIS_REQUESTS_TOPIC], concurrency=5, timeout=900
+)(analysis.on_request)
+pipeline.admission_check_with_state(lambda docs: docs.backpressure.admission())

@@ -62,3 +62,34 @@ class DocumentsSettings(BaseSettings):
         description="the vector store: sqlite:///path (exact search in numpy) or "
         "postgresql://… with pgvector; empty = sqlite in <data dir>/documents/vectors.db",
     )
+    analyzer: Literal["local", "openai"] = Field(
+        "local",
+        description="`local`: the compliance policy's clauses matched against the chunks with "
+        "the embedding model; `openai`: an OpenAI-compatible chat model",
+    )
+    openai_chat_model: str = Field("gpt-4o-mini", description="chat model name at that API")
+    analyzer_timeout_s: float = Field(
+        60.0, gt=0, le=600, description="longest one analysis call may take"
+    )
+    policy_path: str = Field(
+        "",
+        description="JSON file of the compliance policy (versioned clauses); empty = the one "
+        "the hub ships (compliance-v1)",
+    )
+    backpressure_on_lag: int = Field(
+        10_000,
+        ge=1,
+        description="analysis lag that turns backpressure on; off below half (seed 003 §7)",
+    )
+    backpressure_check_s: float = Field(
+        30.0, gt=0, description="how often the analysis lag is checked (seed: 30 s)"
+    )
+    backpressure_hold_s: float = Field(
+        30.0,
+        gt=0,
+        description="how long backpressure stays on after the analyzer answered 429/503 "
+        "(longer when it sent a longer Retry-After)",
+    )
+    backpressure_delay_s: float = Field(
+        2.0, ge=0, le=60, description="wait before each analysis while backpressure is on"
+    )

@@ -14,7 +14,9 @@ from aigc_hub.blobs.base import BlobStore
 from aigc_hub.core.errors import ConfigurationError
 from aigc_hub.pipeline import StateKey
 
+from .adapters.analyzer import Analyzer
 from .adapters.embedder import Embedder
+from .backpressure import Backpressure
 from .parsing import ParseLimits
 from .settings import DocumentsSettings
 from .splitting import Splitter
@@ -36,9 +38,24 @@ class Documents:
     settings: DocumentsSettings
     embedder: Embedder
     data_dir: Path = Path("var")
+    #: Given by a test or an embedder; else made from the settings on first use.
+    analyzer_override: Analyzer | None = None
+    backpressure: Backpressure = field(init=False)
+    _analyzer: Analyzer | None = field(default=None, init=False, repr=False)
     _splitter: Splitter | None = field(default=None, init=False, repr=False)
     _vectors: VectorStore | None = field(default=None, init=False, repr=False)
     _vectors_opening: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.backpressure = Backpressure(self.hub, self.settings)
+        self._analyzer = self.analyzer_override
+
+    @property
+    def analyzer(self) -> Analyzer:
+        """The compliance analyzer the settings name, made on first use."""
+        if self._analyzer is None:
+            self._analyzer = make_analyzer(self.settings, self.embedder)
+        return self._analyzer
 
     @property
     def store(self) -> BlobStore:
@@ -75,6 +92,8 @@ class Documents:
     async def close(self) -> None:
         """Release the model's thread, the vendor's connections and the vector store."""
         await self.embedder.close()
+        if self._analyzer is not None:
+            await self._analyzer.close()
         if self._vectors is not None:
             await self._vectors.close()
 
@@ -97,6 +116,24 @@ def make_embedder(settings: DocumentsSettings) -> Embedder:
     from .adapters.minilm import MiniLMEmbedder
 
     return MiniLMEmbedder(torch_threads=settings.torch_threads)
+
+
+def make_analyzer(settings: DocumentsSettings, embedder: Embedder) -> Analyzer:
+    """The analyzer the settings name: the local policy matcher or a hosted chat model."""
+    from .adapters.local_analyzer import LocalAnalyzer, load_policy
+
+    policy = load_policy(settings.policy_path)
+    if settings.analyzer == "openai":
+        from .adapters.openai_chat import OpenAIChatAnalyzer
+
+        return OpenAIChatAnalyzer(
+            base_url=settings.openai_base_url,
+            api_key=settings.openai_api_key.get_secret_value(),
+            model=settings.openai_chat_model,
+            policy=policy,
+            timeout_s=settings.analyzer_timeout_s,
+        )
+    return LocalAnalyzer(embedder, policy)
 
 
 def build_state(hub: Hub, settings: Settings) -> Documents:
