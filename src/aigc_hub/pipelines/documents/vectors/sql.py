@@ -10,7 +10,7 @@ matrices are checked against (``matrices.py``).
 
 from __future__ import annotations
 
-from .base import MAX_DIMENSIONS, VectorItem
+from .base import MAX_DIMENSIONS, Vector, VectorItem
 
 _CHUNK_COLUMNS = (
     "namespace, chunk_id, tenant_id, kb_id, document_id, ordinal, start_offset, end_offset, "
@@ -136,3 +136,123 @@ def count(
             where.append(f"{column} = {placeholder}")
             parameters.append(value)
     return f"SELECT count(*) FROM vector_chunks WHERE {' AND '.join(where)}", parameters
+
+
+# -- PostgreSQL (pgvector) ------------------------------------------------------------------
+
+#: Held (for one transaction) while creating the schema or binding a new namespace: two
+#: processes creating the same table or index at once would collide in the catalog.
+PG_SCHEMA_LOCK = 0x7665_6374_6F72  # "vector"
+PG_SCHEMA = (
+    "CREATE EXTENSION IF NOT EXISTS vector",
+    f"""CREATE TABLE IF NOT EXISTS vector_namespaces (
+        namespace text NOT NULL PRIMARY KEY,
+        dimensions integer NOT NULL CHECK (dimensions BETWEEN 1 AND {MAX_DIMENSIONS}),
+        UNIQUE (namespace, dimensions)
+    )""",
+    # ``vector`` without a dimension, so every namespace's rows share one table: one upsert,
+    # one delete, one count across namespaces. HNSW needs one dimension per index, so each
+    # dimension gets its own partial expression index (:func:`pg_hnsw_index`).
+    """CREATE TABLE IF NOT EXISTS vector_chunks (
+        namespace text NOT NULL,
+        chunk_id text NOT NULL,
+        tenant_id text NOT NULL,
+        kb_id text NOT NULL,
+        document_id text NOT NULL,
+        ordinal integer NOT NULL,
+        start_offset integer NOT NULL,
+        end_offset integer NOT NULL,
+        text text NOT NULL,
+        dimensions integer NOT NULL,
+        embedding vector NOT NULL CHECK (vector_dims(embedding) = dimensions),
+        PRIMARY KEY (namespace, chunk_id),
+        FOREIGN KEY (namespace, dimensions) REFERENCES vector_namespaces (namespace, dimensions)
+    )""",
+    """CREATE INDEX IF NOT EXISTS vector_chunks_kb
+        ON vector_chunks (tenant_id, kb_id, namespace)""",
+    """CREATE INDEX IF NOT EXISTS vector_chunks_document
+        ON vector_chunks (tenant_id, document_id)""",
+)
+PG_VERSION = "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
+PG_LOCK = "SELECT pg_advisory_xact_lock(%s)"
+PG_BIND_NAMESPACE = (
+    "INSERT INTO vector_namespaces (namespace, dimensions) VALUES (%s, %s) ON CONFLICT DO NOTHING"
+)
+PG_NAMESPACE_DIMENSION = "SELECT dimensions FROM vector_namespaces WHERE namespace = %s"
+PG_INDEX_EXISTS = "SELECT to_regclass(%s) IS NOT NULL"
+#: Each connection's staging table: a batch is COPYed in, then upserted in one statement.
+PG_STAGE = """CREATE TEMP TABLE IF NOT EXISTS staged_vectors (LIKE vector_chunks)
+    ON COMMIT DELETE ROWS"""
+PG_COPY = f"COPY staged_vectors ({_CHUNK_COLUMNS}) FROM STDIN (FORMAT BINARY)"
+PG_COPY_TYPES = ["text"] * 5 + ["int4"] * 3 + ["text", "int4", "vector"]
+PG_FOREIGN_CHUNK = """SELECT s.chunk_id FROM staged_vectors AS s
+    JOIN vector_chunks AS v ON v.namespace = s.namespace AND v.chunk_id = s.chunk_id
+    WHERE v.tenant_id <> s.tenant_id LIMIT 1"""
+#: Rows in chunk id order, so two batches sharing chunks lock them in the same order (no
+#: deadlock). An identical row is left alone (a re-delivered event costs no new tuple and no
+#: HNSW insert); another tenant's never changes hands. ``xmax = 0``: the row is new.
+PG_UPSERT = f"""
+INSERT INTO vector_chunks AS v ({_CHUNK_COLUMNS})
+SELECT {_CHUNK_COLUMNS} FROM staged_vectors ORDER BY chunk_id
+ON CONFLICT (namespace, chunk_id) DO UPDATE SET
+    kb_id = EXCLUDED.kb_id, document_id = EXCLUDED.document_id, ordinal = EXCLUDED.ordinal,
+    start_offset = EXCLUDED.start_offset, end_offset = EXCLUDED.end_offset,
+    text = EXCLUDED.text, embedding = EXCLUDED.embedding
+WHERE v.tenant_id = EXCLUDED.tenant_id
+    AND (v.kb_id, v.document_id, v.ordinal, v.start_offset, v.end_offset, v.text, v.embedding)
+    IS DISTINCT FROM (EXCLUDED.kb_id, EXCLUDED.document_id, EXCLUDED.ordinal,
+        EXCLUDED.start_offset, EXCLUDED.end_offset, EXCLUDED.text, EXCLUDED.embedding)
+RETURNING xmax = 0
+"""
+#: ``hnsw.ef_search`` (candidates kept, at least k) and, from pgvector 0.8, iterative scans:
+#: a filtered search goes on past the first candidates until it has k rows of the kb.
+PG_SEARCH_SETTINGS = "SELECT set_config('hnsw.ef_search', %s, true)"
+PG_ITERATIVE_SCAN = "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+PG_DELETE_DOCUMENT = "DELETE FROM vector_chunks WHERE tenant_id = %s AND document_id = %s"
+PG_DELETE_KB = "DELETE FROM vector_chunks WHERE namespace = %s AND tenant_id = %s AND kb_id = %s"
+PG_CHUNK_IDS = """SELECT chunk_id FROM vector_chunks
+    WHERE namespace = %s AND tenant_id = %s AND document_id = %s"""
+
+
+def pg_row(namespace: str, item: VectorItem) -> tuple[str | int | Vector, ...]:
+    """The values ``PG_COPY`` writes for one item, in ``PG_COPY_TYPES`` order."""
+    return (
+        namespace, item.chunk_id, item.tenant_id, item.kb_id, item.document_id, item.ordinal,
+        item.start, item.end, item.text, len(item.vector), item.vector,
+    )  # fmt: skip
+
+
+def pg_hnsw_name(dimension: int) -> str:
+    """The name of the HNSW index of ``dimension``-d vectors."""
+    return f"vector_chunks_hnsw_{int(dimension)}"
+
+
+def pg_hnsw_index(dimension: int) -> str:
+    """The HNSW index (cosine) of the rows of one dimension. The dimension is written into
+    the statement as a literal (an int, never text from outside), and so is it in
+    :func:`pg_search`: the planner proves the partial predicate whatever plan it caches,
+    which it cannot do for a bound parameter in a generic plan."""
+    d = int(dimension)
+    return f"""CREATE INDEX IF NOT EXISTS {pg_hnsw_name(d)} ON vector_chunks
+        USING hnsw ((embedding::vector({d})) vector_cosine_ops) WHERE dimensions = {d}"""
+
+
+def pg_search(dimension: int) -> str:
+    """The k nearest rows of a knowledge base by cosine distance through the dimension's
+    HNSW index; with ``relaxed_order`` the index may return them slightly out of order, so
+    they are sorted again outside (pgvector's advice)."""
+    d = int(dimension)
+    distance = f"embedding::vector({d}) <=> %(query)s::vector({d})"
+    return f"""
+WITH nearest AS MATERIALIZED (
+    SELECT chunk_id, document_id, ordinal, start_offset, end_offset, text,
+        {distance} AS distance
+    FROM vector_chunks
+    WHERE dimensions = {d} AND namespace = %(namespace)s
+        AND tenant_id = %(tenant_id)s AND kb_id = %(kb_id)s
+    ORDER BY {distance}
+    LIMIT %(k)s
+)
+SELECT chunk_id, document_id, ordinal, start_offset, end_offset, text, 1 - distance
+FROM nearest ORDER BY distance
+"""
