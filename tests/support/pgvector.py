@@ -206,7 +206,10 @@ class PgvectorServer:
         """A new database cloned from the template (the vector extension installed); its URL."""
         name = f"vectors_{uuid.uuid4().hex[:12]}"
         with psycopg.connect(self.url(), autocommit=True) as admin:
-            admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self._template}"')
+            # FILE_COPY: faster than WAL-logging a small template when nothing is fsynced anyway
+            admin.execute(
+                f'CREATE DATABASE "{name}" TEMPLATE "{self._template}" STRATEGY FILE_COPY'
+            )
         return self.url(name)
 
     def drop_database(self, url: str) -> None:
