@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 from aigc_hub.pipelines.documents.adapters.embedder import Embedder
+from aigc_hub.pipelines.documents.adapters.minilm import MiniLMEmbedder
 
 from aigc_hub.blobs.base import BlobStore
 from aigc_hub.blobs.local import LocalBlobStore
@@ -96,6 +97,9 @@ async def documents_stack(
     )
     hub = Hub(config, [documents_pipeline_in(tmp_path, embedder, **settings)])
     await hub.start()
+    model = hub.state_of(STATE).embedder
+    if isinstance(model, MiniLMEmbedder):
+        await model.warm_up()  # seconds of imports: not inside a test's waiting time
     stop = asyncio.Event()
     stack = DocumentsStack(hub, "", stop)
     stack.tasks.append(asyncio.create_task(hub.run(stop, groups, scan=False)))
@@ -135,18 +139,19 @@ async def wait_ended(
     """Poll the tasks until every one has ended; their last snapshots by id."""
     deadline = time.monotonic() + timeout_s
     ended: dict[str, dict[str, Any]] = {}
+    last: dict[str, Any] = {}
     while True:
         for task_id in task_ids:
             if task_id in ended:
                 continue
             answer = await client.get(f"/v1/documents/tasks/{task_id}")
             answer.raise_for_status()
-            body = answer.json()
-            if body["status"] in ENDED:
-                ended[task_id] = body
+            last = answer.json()
+            if last["status"] in ENDED:
+                ended[task_id] = last
         if len(ended) == len(task_ids):
             return ended
         if time.monotonic() > deadline:
-            left = sorted(set(task_ids) - set(ended))
-            raise TimeoutError(f"{len(left)} tasks still running, e.g. {left[:3]}")
+            left = len(task_ids) - len(ended)
+            raise TimeoutError(f"{left} tasks still running, e.g. {last}")
         await asyncio.sleep(0.1)

@@ -49,7 +49,7 @@ async def load(conn: AsyncConnection, task_id: str) -> Task | None:
         .mappings()
         .first()
     )
-    return None if row is None else Task(row)
+    return None if row is None else Task(dict(row))
 
 
 async def load_by_document(conn: AsyncConnection, document_id: str) -> Task | None:
@@ -60,7 +60,7 @@ async def load_by_document(conn: AsyncConnection, document_id: str) -> Task | No
         .mappings()
         .first()
     )
-    return None if row is None else Task(row)
+    return None if row is None else Task(dict(row))
 
 
 async def move_task(

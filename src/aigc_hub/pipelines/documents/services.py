@@ -113,7 +113,7 @@ async def submit(
         raise InvalidInput("file", "the file is empty")
     limit = docs.settings.max_file_bytes
     if len(data) > limit:
-        raise DocumentTooLarge(f"the file is {len(data)} bytes; the limit is {limit}")
+        raise DocumentTooLarge("too_large", f"the file is {len(data)} bytes; the limit is {limit}")
     kind = detect_format(data, name, declared_mime)
     hub = docs.hub
     now = hub.clock.now_ms()

@@ -115,7 +115,8 @@ class OpenAIChatAnalyzer:
 
     def _excerpt(self, chunks: Sequence[ChunkText]) -> list[ChunkText]:
         """The chunks that fit in ``max_chars``, in order (a long document is cut)."""
-        shown, used = [], 0
+        shown: list[ChunkText] = []
+        used = 0
         for chunk in chunks:
             used += len(chunk.text)
             if used > self.max_chars and shown:

@@ -6,7 +6,7 @@ The vector store is a database of its own, so its write cannot share the inbox's
 transaction: it is an upsert by ``(model version, chunk id)``, done first, so a redelivered
 event rewrites the same row and never adds a second vector. Then each document's stored
 count is read back from the store and its task's progress set from it (not incremented: a
-count cannot be applied twice), in the commit of the document's last record in the batch.
+count cannot be applied twice), in the commit of each of the document's records.
 The batch that brings a document's count to its total moves the task on. A task deleted
 meanwhile gets nothing written, and vectors written while it was being deleted are deleted.
 """
@@ -65,19 +65,19 @@ async def on_embeddings(
     for namespace, vectors in by_namespace.items():
         await store.upsert(namespace, vectors)
     await _forget_deleted(store, items[0][1], by_namespace)
-    # The last record of each document in this batch carries the document's progress.
-    last_of: dict[str, int] = {}
-    for i, e in enumerate(embedded):
-        last_of[e.documentId] = i
-    for document_id, i in last_of.items():
-        e, (_env, ctx) = embedded[i], items[i]
+    # Every record of a document carries the document's progress (computed once, from the
+    # store): any one of them may turn out a duplicate at its commit and apply nothing.
+    counts: dict[tuple[str, str], int] = {}
+    for e, (_env, ctx) in zip(embedded, items, strict=True):
         task = tasks.get(e.taskId)
         if task is None or task["status"] != TaskStatus.PROCESSING.value:
             continue
         if e.embeddingModel != task["embedding_model"]:
             continue  # another model version's vectors (an A/B test) move no task
-        stored = await store.count(e.embeddingModel, document_id=document_id)
-        ctx.write(_progress(docs, e, stored))
+        key = (e.embeddingModel, e.documentId)
+        if key not in counts:
+            counts[key] = await store.count(e.embeddingModel, document_id=e.documentId)
+        ctx.write(_progress(docs, e, counts[key]))
     return [[] for _ in items]
 
 
