@@ -1,0 +1,13 @@
+"""A Confluent-compatible Avro schema registry kept in the hub's database (seed 003 §9).
+
+Producers and consumers that speak Avro (confluent-kafka's ``AvroSerializer`` and
+``AvroDeserializer``) register and fetch schemas here; the HTTP face is
+``aigc_hub.interfaces.http.schema_registry``, served under ``/schema-registry``.
+
+* ``tables``: schemas by id, subjects' versions, compatibility levels.
+* ``parsing``: an Avro text made into a checked value with its identity (canonical form).
+* ``compatibility``: the seven levels and the reader/writer check (``avro.compatibility``).
+* ``records``: typed results, subject names and version ids.
+* ``store``: ``AvroRegistry``, the operations (register, look up, delete, configure).
+* ``errors``: what can go wrong, each with its Confluent ``error_code``.
+"""
