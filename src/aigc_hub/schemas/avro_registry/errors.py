@@ -17,6 +17,7 @@
     ├── InvalidSchema            42201  not Avro, unparseable, or using what we do not keep
     ├── InvalidVersion           42202  not ``latest``, -1 or 1..2^31-1
     ├── InvalidCompatibility     42203
+    ├── OperationNotPermitted    42205  naming the id or version to give (IMPORT mode)
     └── InvalidSubject           42208  empty, too long, or with control characters
 
 The HTTP status is the code's first three digits (40401 -> 404, 409 -> 409), as Confluent
@@ -174,6 +175,12 @@ class InvalidCompatibility(RegistryError, errors.InvalidInput):
             f"Invalid compatibility level {level!r}. Valid values are none, backward, forward, "
             "full, backward_transitive, forward_transitive, and full_transitive",
         )
+
+
+class OperationNotPermitted(RegistryError, errors.InvalidInput):
+    """The request asks for something this registry does not do."""
+
+    error_code = 42205
 
 
 class InvalidSubject(RegistryError, errors.InvalidInput):

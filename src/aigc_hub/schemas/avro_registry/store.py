@@ -15,40 +15,21 @@ Writes are recorded in the audit log, in the transaction that makes them.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
-
 import avro.schema
 import sqlalchemy as sa
 from cachetools import LRUCache
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from aigc_hub.core import errors as core_errors
 from aigc_hub.core.clock import Clock, SystemClock
-from aigc_hub.reliability import audit
-from aigc_hub.schemas.avro_registry import compatibility, errors, parsing
+from aigc_hub.schemas.avro_registry import compatibility, errors, levels, parsing, rows
 from aigc_hub.schemas.avro_registry import tables as t
-from aigc_hub.schemas.avro_registry.compatibility import Compatibility
 from aigc_hub.schemas.avro_registry.records import StoredSchema, SubjectVersion, check_subject
-from aigc_hub.store import dialects
 from aigc_hub.store.engine import reader
 
-R = TypeVar("R")
 S, V, C = t.schema_registry_schemas, t.schema_registry_versions, t.schema_registry_config
 
-#: The config row of the registry-wide level (no subject may be empty).
-GLOBAL = ""
-#: Attempts of a write that lost a race on a key before it gives up (RetryableError).
-WRITE_ATTEMPTS = 5
 #: Parsed schemas kept by id (ids never change meaning): checks parse each one once.
 PARSED_CACHE = 512
-
-_ROWS = (
-    sa.select(V.c.subject, V.c.version, V.c.schema_id, S.c.schema_type, S.c.schema, V.c.deleted_at)
-    .join(S, S.c.id == V.c.schema_id)
-    .order_by(V.c.version)
-)
 
 
 class AvroRegistry:
@@ -60,6 +41,8 @@ class AvroRegistry:
         self.engine = engine
         self.clock: Clock = clock or SystemClock()
         self._parsed: LRUCache[int, parsing.ParsedSchema] = LRUCache(maxsize=PARSED_CACHE)
+        #: The compatibility levels configured (the registry's and subjects' own).
+        self.levels = levels.Levels(engine, self.clock)
 
     # --- reads --------------------------------------------------------------------------
 
@@ -85,12 +68,12 @@ class AvroRegistry:
         """The subject's version numbers, ascending (live ones, unless asked otherwise).
 
         Raises :class:`errors.SubjectNotFound` when it has none to show."""
-        rows = await self._read_rows(subject)
-        if not [r for r in rows if deleted or deleted_only or not r.deleted]:
+        history = await self._read_rows(subject)
+        if not [r for r in history if deleted or deleted_only or not r.deleted]:
             raise errors.SubjectNotFound(subject)
         if deleted_only:
-            return [r.version for r in rows if r.deleted]
-        return [r.version for r in rows if deleted or not r.deleted]
+            return [r.version for r in history if r.deleted]
+        return [r.version for r in history if deleted or not r.deleted]
 
     async def version(
         self, subject: str, version: int | None, *, deleted: bool = False
@@ -98,12 +81,12 @@ class AvroRegistry:
         """Version ``version`` of ``subject`` (None: the newest), live unless ``deleted``.
 
         Raises :class:`errors.SubjectNotFound` or :class:`errors.VersionNotFound`."""
-        rows = [r for r in await self._read_rows(subject) if deleted or not r.deleted]
-        if not rows:
+        history = [r for r in await self._read_rows(subject) if deleted or not r.deleted]
+        if not history:
             raise errors.SubjectNotFound(subject)
         if version is None:
-            return rows[-1]
-        for row in rows:
+            return history[-1]
+        for row in history:
             if row.version == version:
                 return row
         raise errors.VersionNotFound(version)
@@ -113,12 +96,12 @@ class AvroRegistry:
     ) -> SubjectVersion:
         """The newest version of ``subject`` holding ``schema`` (the same schema, however
         spaced). Raises :class:`errors.SubjectNotFound` or :class:`errors.SchemaNotFound`."""
-        rows = [r for r in await self._read_rows(subject) if deleted or not r.deleted]
-        if not rows:
+        history = [r for r in await self._read_rows(subject) if deleted or not r.deleted]
+        if not history:
             raise errors.SubjectNotFound(subject)
         async with reader(self.engine) as conn:
-            schema_id = await _schema_id(conn, schema.fingerprint)
-        for row in reversed(rows):
+            schema_id = await rows.schema_id_of(conn, schema.fingerprint)
+        for row in reversed(history):
             if row.schema_id == schema_id:
                 return row
         raise errors.SchemaNotFound()
@@ -143,23 +126,10 @@ class AvroRegistry:
             .order_by(V.c.subject, V.c.version)
         )
         async with reader(self.engine) as conn:
-            rows = (await conn.execute(query)).all()
-        if not rows:
+            history = (await conn.execute(query)).all()
+        if not history:
             raise errors.SchemaNotFound(schema_id)
-        return [(r.subject, r.version) for r in rows if deleted or r.deleted_at is None]
-
-    async def compatibility(
-        self, subject: str | None = None, *, default_to_global: bool = False
-    ) -> Compatibility:
-        """The registry's level (``subject`` None), or the subject's own: without one,
-        :class:`errors.SubjectConfigNotFound`, or the registry's with ``default_to_global``."""
-        async with reader(self.engine) as conn:
-            levels = await _levels(conn, subject)
-        if subject is not None and subject in levels:
-            return levels[subject]
-        if subject is not None and not default_to_global:
-            raise errors.SubjectConfigNotFound(subject)
-        return levels.get(GLOBAL, compatibility.DEFAULT)
+        return [(r.subject, r.version) for r in history if deleted or r.deleted_at is None]
 
     async def check(
         self, subject: str, schema: parsing.ParsedSchema, version: int | None
@@ -169,17 +139,19 @@ class AvroRegistry:
         :class:`errors.VersionNotFound` for a version that is not live."""
         target = await self.version(subject, version)
         async with reader(self.engine) as conn:
-            level = await _level(conn, subject)
+            level = await levels.effective(conn, subject)
         against = level.compared_with([target])
         return compatibility.problems(level, schema.parsed, self._pairs(against))
 
     async def check_all(self, subject: str, schema: parsing.ParsedSchema) -> list[str]:
         """Why ``schema`` breaks the subject's level against the live versions the level
         names (all of them when transitive); a subject without versions accepts anything."""
-        rows = [r for r in await self._read_rows(subject) if not r.deleted]
+        history = [r for r in await self._read_rows(subject) if not r.deleted]
         async with reader(self.engine) as conn:
-            level = await _level(conn, subject)
-        return compatibility.problems(level, schema.parsed, self._pairs(level.compared_with(rows)))
+            level = await levels.effective(conn, subject)
+        return compatibility.problems(
+            level, schema.parsed, self._pairs(level.compared_with(history))
+        )
 
     # --- writes -------------------------------------------------------------------------
 
@@ -190,18 +162,18 @@ class AvroRegistry:
 
         Raises :class:`errors.InvalidSubject` and :class:`errors.IncompatibleSchema`."""
         check_subject(subject)
-        return await self._write(lambda conn: self._register(conn, subject, schema, actor))
+        return await rows.write(self.engine, lambda c: self._register(c, subject, schema, actor))
 
     async def _register(
         self, conn: AsyncConnection, subject: str, schema: parsing.ParsedSchema, actor: str
     ) -> SubjectVersion:
-        rows = await _rows(conn, subject)
-        live = [r for r in rows if not r.deleted]
-        schema_id = await _schema_id(conn, schema.fingerprint)
+        history = await rows.subject_rows(conn, subject)
+        live = [r for r in history if not r.deleted]
+        schema_id = await rows.schema_id_of(conn, schema.fingerprint)
         for row in reversed(live):
             if row.schema_id == schema_id:
                 return row  # registered already: same id, same version, no check
-        level = await _level(conn, subject)
+        level = await levels.effective(conn, subject)
         found = compatibility.problems(level, schema.parsed, self._pairs(level.compared_with(live)))
         if found:
             raise errors.IncompatibleSchema(subject, level.value, found)
@@ -218,11 +190,13 @@ class AvroRegistry:
                 .returning(S.c.id)
             )
             schema_id = int(inserted.scalar_one())
-        number = max((r.version for r in rows), default=0) + 1
+        number = max((r.version for r in history), default=0) + 1
         await conn.execute(
             V.insert().values(subject=subject, version=number, schema_id=schema_id, created_at=now)
         )
-        await self._audit(conn, actor, "schema.register", subject, id=schema_id, version=number)
+        await rows.record(
+            conn, self.clock, actor, "schema.register", subject, id=schema_id, version=number
+        )
         stored = (await conn.execute(sa.select(S.c.schema).where(S.c.id == schema_id))).scalar_one()
         return SubjectVersion(subject, number, schema_id, parsing.AVRO, stored, deleted=False)
 
@@ -233,10 +207,10 @@ class AvroRegistry:
         :class:`errors.SubjectNotSoftDeleted`."""
 
         async def work(conn: AsyncConnection) -> list[int]:
-            rows = await _rows(conn, subject)
-            if not rows:
+            history = await rows.subject_rows(conn, subject)
+            if not history:
                 raise errors.SubjectNotFound(subject)
-            live = [r.version for r in rows if not r.deleted]
+            live = [r.version for r in history if not r.deleted]
             mine = V.c.subject == subject
             if not permanent:
                 if not live:
@@ -245,17 +219,21 @@ class AvroRegistry:
                 await conn.execute(
                     V.update().where(mine, V.c.version.in_(live)).values(deleted_at=now)
                 )
-                await self._audit(conn, actor, "schema.delete_subject", subject, versions=live)
+                await rows.record(
+                    conn, self.clock, actor, "schema.delete_subject", subject, versions=live
+                )
                 return live
             if live:
                 raise errors.SubjectNotSoftDeleted(subject)
             await conn.execute(V.delete().where(mine))
             await conn.execute(C.delete().where(C.c.subject == subject))
-            gone = [r.version for r in rows]
-            await self._audit(conn, actor, "schema.purge_subject", subject, versions=gone)
+            gone = [r.version for r in history]
+            await rows.record(
+                conn, self.clock, actor, "schema.purge_subject", subject, versions=gone
+            )
             return gone
 
-        return await self._write(work)
+        return await rows.write(self.engine, work)
 
     async def delete_version(
         self, subject: str, version: int | None, *, permanent: bool, actor: str
@@ -266,16 +244,16 @@ class AvroRegistry:
         :class:`errors.VersionSoftDeleted` and :class:`errors.VersionNotSoftDeleted`."""
 
         async def work(conn: AsyncConnection) -> int:
-            rows = await _rows(conn, subject)
-            if not rows:
+            history = await rows.subject_rows(conn, subject)
+            if not history:
                 raise errors.SubjectNotFound(subject)
-            visible = rows if permanent else [r for r in rows if not r.deleted]
+            visible = history if permanent else [r for r in history if not r.deleted]
             if version is None:
                 if not visible:
                     raise errors.VersionNotFound("latest")
                 row = visible[-1]
             else:
-                matching = [r for r in rows if r.version == version]
+                matching = [r for r in history if r.version == version]
                 if not matching:
                     raise errors.VersionNotFound(version)
                 row = matching[0]
@@ -284,124 +262,32 @@ class AvroRegistry:
                 if row.deleted:
                     raise errors.VersionSoftDeleted(subject, row.version)
                 await conn.execute(V.update().where(*key).values(deleted_at=self.clock.now_ms()))
-                await self._audit(
-                    conn, actor, "schema.delete_version", subject, version=row.version
+                await rows.record(
+                    conn, self.clock, actor, "schema.delete_version", subject, version=row.version
                 )
                 return row.version
             if not row.deleted:
                 raise errors.VersionNotSoftDeleted(subject, row.version)
             await conn.execute(V.delete().where(*key))
-            await self._audit(conn, actor, "schema.purge_version", subject, version=row.version)
+            await rows.record(
+                conn, self.clock, actor, "schema.purge_version", subject, version=row.version
+            )
             return row.version
 
-        return await self._write(work)
-
-    async def set_compatibility(
-        self, subject: str | None, level: Compatibility, *, actor: str
-    ) -> Compatibility:
-        """Set the registry's level (``subject`` None) or a subject's own (the subject need
-        not have versions yet); returns ``level``."""
-        key = GLOBAL if subject is None else check_subject(subject)
-
-        async def work(conn: AsyncConnection) -> Compatibility:
-            insert = dialects.dialect_of(conn).insert(C)
-            values = {"compatibility": level.value, "updated_at": self.clock.now_ms()}
-            await conn.execute(
-                insert.values(subject=key, **values).on_conflict_do_update(
-                    index_elements=[C.c.subject], set_=values
-                )
-            )
-            await self._audit(conn, actor, "schema.config", key or "*", level=level.value)
-            return level
-
-        return await self._write(work)
-
-    async def delete_compatibility(self, subject: str, *, actor: str) -> Compatibility:
-        """Drop a subject's own level (the registry's applies again); the level it had.
-
-        Raises :class:`errors.SubjectNotFound` when it had none (Confluent's 40401)."""
-
-        async def work(conn: AsyncConnection) -> Compatibility:
-            levels = await _levels(conn, subject)
-            if subject not in levels:
-                raise errors.SubjectNotFound(subject)
-            await conn.execute(C.delete().where(C.c.subject == subject))
-            await self._audit(conn, actor, "schema.config_delete", subject)
-            return levels[subject]
-
-        return await self._write(work)
+        return await rows.write(self.engine, work)
 
     # --- helpers ------------------------------------------------------------------------
 
     async def _read_rows(self, subject: str) -> list[SubjectVersion]:
         async with reader(self.engine) as conn:
-            return await _rows(conn, subject)
+            return await rows.subject_rows(conn, subject)
 
-    def _pairs(self, rows: list[SubjectVersion]) -> list[tuple[int, avro.schema.Schema]]:
-        """(version, parsed schema) of ``rows``: each id parsed once per process."""
+    def _pairs(self, history: list[SubjectVersion]) -> list[tuple[int, avro.schema.Schema]]:
+        """(version, parsed schema) of ``history``: each id parsed once per process."""
         pairs: list[tuple[int, avro.schema.Schema]] = []
-        for row in rows:
+        for row in history:
             parsed = self._parsed.get(row.schema_id)
             if parsed is None:
                 parsed = self._parsed[row.schema_id] = parsing.parse(row.schema)
             pairs.append((row.version, parsed.parsed))
         return pairs
-
-    async def _write(self, work: Callable[[AsyncConnection], Awaitable[R]]) -> R:
-        """``work`` in one write transaction, run again when it lost a race on a key."""
-        for _ in range(WRITE_ATTEMPTS):
-            try:
-                async with self.engine.begin() as conn:
-                    return await work(conn)
-            except IntegrityError:
-                continue  # another writer took the key first: read again, decide again
-        raise core_errors.RetryableError("schema registry writes kept colliding; try again")
-
-    async def _audit(
-        self, conn: AsyncConnection, actor: str, action: str, target: str, **detail: object
-    ) -> None:
-        await audit.record(
-            conn,
-            at=self.clock.now_ms(),
-            actor=actor,
-            action=action,
-            target=f"subject:{target}",
-            result="ok",
-            detail=detail,
-        )
-
-
-async def _rows(conn: AsyncConnection, subject: str) -> list[SubjectVersion]:
-    """Every version row of ``subject``, soft-deleted ones included, oldest first."""
-    result = await conn.execute(_ROWS.where(V.c.subject == subject))
-    return [
-        SubjectVersion(
-            subject=row.subject,
-            version=row.version,
-            schema_id=row.schema_id,
-            schema_type=row.schema_type,
-            schema=row.schema,
-            deleted=row.deleted_at is not None,
-        )
-        for row in result
-    ]
-
-
-async def _schema_id(conn: AsyncConnection, fingerprint: str) -> int | None:
-    found = await conn.scalar(sa.select(S.c.id).where(S.c.fingerprint == fingerprint))
-    return None if found is None else int(found)
-
-
-async def _levels(conn: AsyncConnection, subject: str | None) -> dict[str, Compatibility]:
-    """The configured levels of ``subject`` and of the registry, by config key."""
-    keys = [GLOBAL] if subject is None else [GLOBAL, subject]
-    rows = await conn.execute(
-        sa.select(C.c.subject, C.c.compatibility).where(C.c.subject.in_(keys))
-    )
-    return {row.subject: Compatibility(row.compatibility) for row in rows}
-
-
-async def _level(conn: AsyncConnection, subject: str) -> Compatibility:
-    """The level that applies to ``subject``: its own, else the registry's, else the default."""
-    levels = await _levels(conn, subject)
-    return levels.get(subject, levels.get(GLOBAL, compatibility.DEFAULT))
