@@ -76,7 +76,7 @@ class Levels:
             )
             return level
 
-        return await rows.write(self.engine, work)
+        return await rows.write(self.engine, key, work)
 
     async def delete(self, subject: str, *, actor: str) -> Compatibility:
         """Drop a subject's own level (the registry's applies again); the level it had.
@@ -91,4 +91,4 @@ class Levels:
             await rows.record(conn, self.clock, actor, "schema.config_delete", subject)
             return levels[subject]
 
-        return await rows.write(self.engine, work)
+        return await rows.write(self.engine, subject, work)

@@ -1,8 +1,10 @@
 """SQL the registry's stores share: a subject's version rows, a schema's id by identity, the
-write transaction that runs again after a lost race, and the audit record of a write."""
+write transaction (writers of one subject take turns; one that lost a race on a key runs
+again), and the audit record of a write."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -15,6 +17,7 @@ from aigc_hub.core.clock import Clock
 from aigc_hub.reliability import audit
 from aigc_hub.schemas.avro_registry import tables as t
 from aigc_hub.schemas.avro_registry.records import SubjectVersion
+from aigc_hub.store import dialects
 
 R = TypeVar("R")
 S, V = t.schema_registry_schemas, t.schema_registry_versions
@@ -51,16 +54,33 @@ async def schema_id_of(conn: AsyncConnection, fingerprint: str) -> int | None:
     return None if found is None else int(found)
 
 
-async def write(engine: AsyncEngine, work: Callable[[AsyncConnection], Awaitable[R]]) -> R:
-    """``work`` in one write transaction, run again (from its reads) when a concurrent
-    writer took a key first; :class:`RetryableError` after :data:`WRITE_ATTEMPTS`."""
+async def write(
+    engine: AsyncEngine, subject: str, work: Callable[[AsyncConnection], Awaitable[R]]
+) -> R:
+    """``work`` in one write transaction, after the other writers of ``subject``; run again
+    (from its reads) when a writer of another subject took a key first (the same new
+    schema, registered under two subjects at once); :class:`RetryableError` after
+    :data:`WRITE_ATTEMPTS`."""
     for _ in range(WRITE_ATTEMPTS):
         try:
             async with engine.begin() as conn:
+                await _take_turn(conn, subject)
                 return await work(conn)
         except IntegrityError:
-            continue  # the primary key or the fingerprint was taken: read again, decide again
+            continue  # the fingerprint was taken meanwhile: read again, decide again
     raise core_errors.RetryableError("schema registry writes kept colliding; try again")
+
+
+async def _take_turn(conn: AsyncConnection, subject: str) -> None:
+    """Wait for the subject's other writers to commit. A registration reads the subject's
+    versions, then adds the next one: two side by side would both aim at the same number,
+    and a loser retrying at once can lose again to each newcomer. SQLite has one writer at
+    a time already (``BEGIN IMMEDIATE``); PostgreSQL takes a transaction-scoped advisory
+    lock on the subject's hash, released at commit or rollback."""
+    if dialects.dialect_of(conn).name != "postgresql":
+        return
+    key = int.from_bytes(hashlib.sha256(subject.encode()).digest()[:8], "big", signed=True)
+    await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(key)))
 
 
 async def record(

@@ -7,8 +7,9 @@ rules: what a subject, a version and an id are, and when each is found.
   :mod:`.parsing`) and the subject's next version number. A refused schema writes nothing.
 * **Delete.** Soft first (the version stays readable by id, hidden from listings), then
   ``permanent``; a permanently deleted subject also loses its compatibility level.
-* **Races.** Two registrations under one subject both aim at the same next version; the
-  primary key lets one in, the other runs again and is checked against the winner.
+* **Races.** Writers of one subject take turns (:func:`.rows.write`), so a registration is
+  checked against the version registered just before it; the same new schema registered
+  under two subjects at once gets one id (the loser of the fingerprint runs again).
 
 Writes are recorded in the audit log, in the transaction that makes them.
 """
@@ -162,7 +163,9 @@ class AvroRegistry:
 
         Raises :class:`errors.InvalidSubject` and :class:`errors.IncompatibleSchema`."""
         check_subject(subject)
-        return await rows.write(self.engine, lambda c: self._register(c, subject, schema, actor))
+        return await rows.write(
+            self.engine, subject, lambda c: self._register(c, subject, schema, actor)
+        )
 
     async def _register(
         self, conn: AsyncConnection, subject: str, schema: parsing.ParsedSchema, actor: str
@@ -233,7 +236,7 @@ class AvroRegistry:
             )
             return gone
 
-        return await rows.write(self.engine, work)
+        return await rows.write(self.engine, subject, work)
 
     async def delete_version(
         self, subject: str, version: int | None, *, permanent: bool, actor: str
@@ -274,7 +277,7 @@ class AvroRegistry:
             )
             return row.version
 
-        return await rows.write(self.engine, work)
+        return await rows.write(self.engine, subject, work)
 
     # --- helpers ------------------------------------------------------------------------
 
