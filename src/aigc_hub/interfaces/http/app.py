@@ -58,7 +58,10 @@ def create_app(
     if served and isinstance(hub.blobs, blobs.HubServedBlobs):
         app.include_router(blobs.router(hub.blobs))
     exempt = (blobs.PREFIX + "/",) if served else ()
-    app.add_middleware(BodyLimits, limits=limits, exempt=exempt)
+    larger = tuple(
+        (API_PREFIX + prefix, limit(hub)) for p in hub.pipelines for prefix, limit in p.body_limits
+    )
+    app.add_middleware(BodyLimits, limits=limits, exempt=exempt, larger=larger)
     app.include_router(health.router)
     app.include_router(admin.router, prefix="/admin")
     app.include_router(events.router, prefix=API_PREFIX)
@@ -68,6 +71,8 @@ def create_app(
     for pipeline in hub.pipelines:
         for router in pipeline.routers:
             app.include_router(router, prefix=API_PREFIX)
+        for router in pipeline.root_routers:
+            app.include_router(router)
     for router in routers or []:
         app.include_router(router, prefix=API_PREFIX)
     return app
