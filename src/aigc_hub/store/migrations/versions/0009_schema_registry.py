@@ -1,8 +1,8 @@
 """The Avro schema registry (Confluent-compatible): schemas by id, the versions of each
 subject, and compatibility levels.
 
-Revision ID: 0008
-Revises: 0007
+Revision ID: 0009
+Revises: 0008
 Create Date: 2026-12-02 16:19:15.244942
 
 A frozen step of the one chain: spell tables out here, never import the live definitions.
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0008"
-down_revision: str | Sequence[str] | None = "0007"
+revision: str = "0009"
+down_revision: str | Sequence[str] | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
