@@ -31,7 +31,7 @@ retry-worthy verdict among them wins, so a refusal is never offered for a retry 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from aigc_hub.core import errors
@@ -59,6 +59,9 @@ BAD_DATA_FAMILIES: tuple[type[errors.HubError], ...] = (
     errors.EnvelopeError,
     errors.PermanentError,
 )
+
+#: Live exception classes by name, as :func:`known_classes` finds them.
+KnownClasses = Mapping[str, tuple[type[BaseException], ...]]
 
 #: The order of "least retry-worthy first", for names shared by several classes.
 _STRICTNESS = (TriageKind.CONTENT_REFUSED, TriageKind.BAD_DATA, TriageKind.TRANSIENT)
@@ -91,9 +94,7 @@ def known_classes() -> dict[str, tuple[type[BaseException], ...]]:
     return {name: tuple(classes) for name, classes in found.items()}
 
 
-def triage(
-    letter: DeadLetter, known: Mapping[str, Iterable[type[BaseException]]] | None = None
-) -> Triage:
+def triage(letter: DeadLetter, known: KnownClasses | None = None) -> Triage:
     """The verdict on ``letter``; pass one :func:`known_classes` to judge many letters."""
     if letter.error_class in CONTENT_REFUSALS:  # even where its pipeline is not loaded
         return _refused(letter.error_class, letter.error_class)
