@@ -128,8 +128,9 @@ def test_the_registry_is_the_live_hub_error_tree_at_call_time() -> None:
     known = known_classes()
     assert known["BornLater"] == (BornLater,)
     assert known["HubError"] == (errors.HubError,)
-    assert known["ContentRejected"] == (ContentRejected,)
-    assert known["ContentRefused"] == (ContentRefused,)
+    # pipelines' errors are there (other modules may define a class of the same name)
+    assert ContentRejected in known["ContentRejected"]
+    assert ContentRefused in known["ContentRefused"]
     assert set(known["ClashingName"]) == {_TRANSIENT_TWIN, ClashingName}
     assert known["BothWays"] == (BothWays,)  # two hub bases, listed once
 
