@@ -16,7 +16,7 @@ from fastapi import APIRouter, FastAPI
 from aigc_hub.bootstrap import Hub
 from aigc_hub.interfaces import console
 from aigc_hub.interfaces.console.sessions import Sessions
-from aigc_hub.interfaces.http import admin, blobs, events, health, problems
+from aigc_hub.interfaces.http import admin, blobs, events, health, problems, schema_registry
 from aigc_hub.interfaces.http.key_cache import DEFAULT_TTL_S, KeyCache
 from aigc_hub.interfaces.http.limits import BodyLimits, Limits
 
@@ -65,6 +65,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(admin.router, prefix="/admin")
     app.include_router(events.router, prefix=API_PREFIX)
+    app.include_router(schema_registry.router, prefix=schema_registry.PREFIX)
     app.include_router(console.router(), prefix=console.PREFIX, include_in_schema=False)
     app.mount(console.STATIC_PATH, console.static_files(), name="console-static")
     for pipeline in hub.pipelines:
