@@ -19,6 +19,9 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -32,13 +35,6 @@ from aigc_hub.messaging.memory import MemoryBroker
 from aigc_hub.reliability import audit
 from aigc_hub.schemas.avro_registry import rows
 from aigc_hub.schemas.avro_registry import tables as registry_tables
-from tests.support.confluent_registry import (
-    AvroDeserializer,
-    AvroSerializer,
-    Schema,
-    SchemaRegistryClient,
-    SchemaRegistryError,
-)
 from tests.support.hubs import hub_for
 from tests.support.served import serve
 

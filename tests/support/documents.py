@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from aigc_hub.pipelines.documents.adapters.embedder import Embedder
-from aigc_hub.pipelines.documents.adapters.minilm import MiniLMEmbedder
 
 from aigc_hub.blobs.base import BlobStore
 from aigc_hub.blobs.local import LocalBlobStore
@@ -24,6 +22,8 @@ from aigc_hub.interfaces.http.app import create_app
 from aigc_hub.interfaces.http.limits import Limits
 from aigc_hub.messaging.base import Broker
 from aigc_hub.pipeline import Pipeline
+from aigc_hub.pipelines.documents.adapters.embedder import Embedder
+from aigc_hub.pipelines.documents.adapters.minilm import MiniLMEmbedder
 from aigc_hub.pipelines.documents.pipeline import pipeline as documents_pipeline
 from aigc_hub.pipelines.documents.settings import DocumentsSettings
 from aigc_hub.pipelines.documents.state import STATE, Documents, make_embedder

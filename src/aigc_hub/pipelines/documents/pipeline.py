@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from aigc_hub.pipeline import Pipeline
 
-from . import events, http, models
+from . import dlq_http, events, http, models
 from .handlers import analysis, chunking, embedding, storage
 from .settings import DocumentsSettings
 from .state import NAME, Documents, build_state
@@ -41,6 +41,8 @@ pipeline = Pipeline(
 )
 events.register(pipeline)
 pipeline.routers += [http.kb_router, http.tasks_router]
+# The seed's DLQ management API (§6.3) at its own path, over the backbone's one DLQ.
+pipeline.root_routers += [dlq_http.router]
 pipeline.body_limit(
     http.KB_PREFIX + "/",
     lambda hub: hub.state_of(pipeline.key).settings.max_file_bytes + MULTIPART_OVERHEAD,
