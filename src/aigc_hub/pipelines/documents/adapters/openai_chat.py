@@ -86,7 +86,9 @@ class OpenAIChatAnalyzer:
         try:
             answer = _Answer.model_validate(json.loads(content))
         except (ValueError, pydantic.ValidationError) as exc:
-            raise AnalyzerUnavailable(f"the model's answer is not the findings JSON: {exc}") from exc
+            raise AnalyzerUnavailable(
+                f"the model's answer is not the findings JSON: {exc}"
+            ) from exc
         findings = self._checked(answer.findings, {c.index: c for c in shown})
         return Report(
             verdict_of(findings),
