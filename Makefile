@@ -26,9 +26,11 @@ dev: $(STAMP)
 up: $(VENV)/.installed
 	$(VENV)/bin/aigc-hub up
 
-## Install with the dev extra and run the whole suite.
+## Install with the dev extra and run the whole suite, in PYTEST_WORKERS processes (at most
+## 5: each takes its own Redis databases, tests/support/redis_dbs.py).
+PYTEST_WORKERS ?= 2
 test: $(STAMP)
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist worksteal --durations=30 $(PYTEST_ARGS)
 
 ## Lint and type-check the package.
 check: $(STAMP)

@@ -2,11 +2,13 @@
 document's chunks, with the embedding model the chunks were stored with.
 
 Each clause has exemplar sentences (what breaking it sounds like). The exemplars are
-embedded once; a chunk's stored vector is compared with them by cosine similarity (the
-vectors are normalised: a dot product). A clause whose best chunk reaches the policy's
-threshold is a finding; its evidence is the sentence of that chunk nearest the clause
-(those few sentences are embedded at review time), quoted with its offsets in the document,
-so every finding points at words the document really contains. The verdict follows the
+embedded once. The chunks' stored vectors are compared with them by cosine similarity (the
+vectors are normalised: a dot product); a chunk mixes several topics, so this only picks
+each clause's candidate chunks (the nearest few past the policy's ``prefilter``). Their
+sentences are embedded at review time (a few per document, not the whole document again)
+and compared in turn: a clause whose nearest sentence reaches the policy's ``threshold`` is
+a finding, quoting that sentence with its offsets in the document, so every finding points
+at words the document really contains. The verdict follows the
 worst severity found: high fails, medium or low asks for a human review, none passes.
 """
 
@@ -49,8 +51,10 @@ class Policy(pydantic.BaseModel):
 
     version: str = pydantic.Field(pattern=r"^[A-Za-z0-9._-]{1,60}$")
     title: str = ""
-    #: Cosine similarity from which a chunk counts as breaking a clause.
+    #: Cosine similarity from which a sentence counts as breaking a clause.
     threshold: float = pydantic.Field(ge=0, le=1)
+    #: Cosine similarity from which a chunk's sentences are compared with a clause.
+    prefilter: float = pydantic.Field(0.25, ge=0, le=1)
     clauses: list[Clause] = pydantic.Field(min_length=1)
 
 
@@ -100,17 +104,29 @@ class LocalAnalyzer:
         missing = [c.text for c in chunks if c.vector is None]
         embedded = iter(await self.embedder.embed(missing)) if missing else iter(())
         vectors = np.stack([c.vector if c.vector is not None else next(embedded) for c in chunks])
-        similarity = vectors @ exemplars.matrix.T  # chunks x exemplars
         owners = np.asarray(exemplars.owner)
+        # A chunk holds many sentences, so its vector says a clause *may* be broken in it:
+        # the nearest chunks of each clause are candidates, and their sentences decide.
+        by_chunk = vectors @ exemplars.matrix.T  # chunks x exemplars
+        candidates: dict[int, list[int]] = {}
+        for k in range(len(self.policy.clauses)):
+            per_chunk = by_chunk[:, owners == k].max(axis=1)
+            near = [int(i) for i in np.argsort(-per_chunk)[:CANDIDATES]]
+            candidates[k] = [i for i in near if per_chunk[i] >= self.policy.prefilter]
+        sentences = _sentences({i for near in candidates.values() for i in near}, chunks)
         findings: list[Finding] = []
-        for k, clause in enumerate(self.policy.clauses):
-            per_chunk = similarity[:, owners == k].max(axis=1)
-            best = int(per_chunk.argmax())
-            score = float(per_chunk[best])
-            if score < self.policy.threshold:
-                continue
-            rows = exemplars.matrix[owners == k]
-            findings.append(await self._finding(clause, chunks[best], rows, score))
+        if sentences:
+            sentence_vectors = await self.embedder.embed([text for *_, text in sentences])
+            by_sentence = sentence_vectors @ exemplars.matrix.T  # sentences x exemplars
+            for k, clause in enumerate(self.policy.clauses):
+                rows = [n for n, (i, *_rest) in enumerate(sentences) if i in candidates[k]]
+                if not rows:
+                    continue
+                scores = by_sentence[rows][:, owners == k].max(axis=1)
+                best = int(scores.argmax())
+                score = float(scores[best])
+                if score >= self.policy.threshold:
+                    findings.append(_finding(clause, chunks, sentences[rows[best]], score))
         return Report(
             verdict_of(findings),
             round(max((WEIGHT[f.severity] * f.score for f in findings), default=0.0), 4),
@@ -129,28 +145,45 @@ class LocalAnalyzer:
             self._exemplars = _Exemplars(matrix, [k for k, _ in texts])
         return self._exemplars
 
-    async def _finding(
-        self, clause: Clause, chunk: ChunkText, rows: npt.NDArray[np.float32], score: float
-    ) -> Finding:
-        """The finding of ``clause`` in ``chunk``, quoting its sentence nearest the clause."""
-        spans = [(m.start(), m.end()) for m in _SENTENCE.finditer(chunk.text)]
-        spans = [(a, b) for a, b in spans if chunk.text[a:b].strip()] or [(0, len(chunk.text))]
-        sentences = [chunk.text[a:b] for a, b in spans]
-        nearest = (await self.embedder.embed(sentences)) @ rows.T
-        a, b = spans[int(nearest.max(axis=1).argmax())]
-        text = chunk.text[a:b]
-        a += len(text) - len(text.lstrip())
-        b -= len(text) - len(text.rstrip())
-        return Finding(
-            clause_id=clause.id,
-            title=clause.title,
-            severity=clause.severity,
-            score=round(score, 4),
-            evidence=chunk.text[a:b],
-            chunk_index=chunk.index,
-            start=chunk.start + a,
-            end=chunk.start + b,
-        )
+
+#: Chunks per clause whose sentences are compared with it.
+CANDIDATES = 3
+
+#: A sentence: its chunk's position in the document's list, its offsets in the chunk, text.
+_Sentence = tuple[int, int, int, str]
+
+
+def _sentences(positions: set[int], chunks: Sequence[ChunkText]) -> list[_Sentence]:
+    """The sentences of the chunks at ``positions`` (trimmed, offsets in their chunk)."""
+    out: list[_Sentence] = []
+    for i in sorted(positions):
+        text = chunks[i].text
+        for m in _SENTENCE.finditer(text):
+            a, b = m.start(), m.end()
+            raw = text[a:b]
+            a += len(raw) - len(raw.lstrip())
+            b -= len(raw) - len(raw.rstrip())
+            if b > a:
+                out.append((i, a, b, text[a:b]))
+    return out
+
+
+def _finding(
+    clause: Clause, chunks: Sequence[ChunkText], sentence: _Sentence, score: float
+) -> Finding:
+    """The finding of ``clause``, quoting ``sentence`` with its offsets in the document."""
+    i, a, b, text = sentence
+    chunk = chunks[i]
+    return Finding(
+        clause_id=clause.id,
+        title=clause.title,
+        severity=clause.severity,
+        score=round(score, 4),
+        evidence=text,
+        chunk_index=chunk.index,
+        start=chunk.start + a,
+        end=chunk.start + b,
+    )
 
 
 def verdict_of(findings: Sequence[Finding]) -> Verdict:
