@@ -94,7 +94,7 @@ class UnsupportedFormat(DocumentRefused):
     """The file is none of the formats the knowledge base takes."""
 
     def __init__(self, what: str) -> None:
-        super().__init__("unsupported_format", f"{what} is not a document: upload {ACCEPTED}")
+        super().__init__("unsupported_format", f"{what}: upload {ACCEPTED}")
 
 
 class DocumentTooLarge(DocumentRefused):
@@ -113,17 +113,17 @@ def detect_format(data: bytes, filename: str, declared_mime: str | None) -> Docu
     if data.startswith(_ZIP):
         return _zip_format(data, filename, declared_mime)
     if data.startswith(b"RIFF") and data[8:12] == b"WEBP":
-        raise UnsupportedFormat("a WebP image")
+        raise UnsupportedFormat("the file is a WebP image, not a document")
     if data[4:8] == b"ftyp":
-        raise UnsupportedFormat("a video or HEIF image")
+        raise UnsupportedFormat("the file is a video or a HEIF image, not a document")
     if data.startswith(b"MZ") and len(data) > 0x40:
         # A PE file's DOS stub points at the "PE\0\0" header; "MZ" alone may start a text.
         at = int.from_bytes(data[0x3C:0x40], "little")
         if data[at : at + 4] == b"PE\x00\x00":
-            raise UnsupportedFormat("an executable (Windows PE)")
+            raise UnsupportedFormat("the file is an executable (Windows PE), not a document")
     for signature, what in _SIGNATURES:
         if data.startswith(signature):
-            raise UnsupportedFormat(what)
+            raise UnsupportedFormat(f"the file is {what}, not a document")
     extension = _extension(filename)
     if extension in _BY_EXTENSION:
         return _BY_EXTENSION[extension]
@@ -131,9 +131,10 @@ def detect_format(data: bytes, filename: str, declared_mime: str | None) -> Docu
     if mime in _BY_MIME:
         return _BY_MIME[mime]
     if extension in (".pdf", ".docx"):
-        raise UnsupportedFormat(f"a {extension} file whose content is not {extension[1:].upper()}")
+        raise UnsupportedFormat(f"the file is named {extension} but is not {extension[1:].upper()}")
     named = f"a {extension} file" if extension else "a file without an extension"
-    raise UnsupportedFormat(f"{named} declared {mime}" if mime else named)
+    declared = f" (declared {mime})" if mime else ""
+    raise UnsupportedFormat(f"the file is {named}{declared}, not a supported document")
 
 
 def _zip_format(data: bytes, filename: str, declared_mime: str | None) -> DocumentFormat:
@@ -146,10 +147,10 @@ def _zip_format(data: bytes, filename: str, declared_mime: str | None) -> Docume
         named = _extension(filename) == ".docx" or _mime(declared_mime) == DOCX_MIME
         if named or _DOCX_MAIN.encode() in data:
             return "docx"
-        raise UnsupportedFormat("a damaged zip archive") from None
+        raise UnsupportedFormat("the file is a damaged zip archive, not a DOCX") from None
     if _DOCX_MAIN in names:
         return "docx"
-    raise UnsupportedFormat("a zip archive without word/document.xml")
+    raise UnsupportedFormat("the file is a zip archive without word/document.xml, not a DOCX")
 
 
 def _extension(filename: str) -> str:

@@ -165,6 +165,9 @@ def _read_pdf(data: bytes, limits: ParseLimits) -> tuple[str, int, str | None]:
         if reader.is_encrypted and reader.decrypt("") == pypdf.PasswordType.NOT_DECRYPTED:
             raise _encrypted()
         count = len(reader.pages)
+        if count < _declared_pages(reader):
+            # pypdf skips page objects it cannot find in a damaged body; their text is lost.
+            raise formats.corrupt("PDF")
         if count > limits.max_pages:
             raise DocumentTooLarge(
                 "too_many_pages",
@@ -197,6 +200,14 @@ def _read_pdf(data: bytes, limits: ParseLimits) -> tuple[str, int, str | None]:
             "text, and upload it again",
         )
     return text, count, title
+
+
+def _declared_pages(reader: pypdf.PdfReader) -> int:
+    # The page tree's /Count. Producers get it wrong now and then, which is why pypdf counts
+    # the pages it finds; fewer found than declared is what damage looks like.
+    tree = reader.root_object.get("/Pages")
+    declared = tree.get_object().get("/Count") if tree is not None else None
+    return declared if isinstance(declared, int) else 0
 
 
 def _encrypted() -> UnparsableDocument:
