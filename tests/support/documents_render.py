@@ -209,6 +209,7 @@ class _DocxWriter:
         out = io.BytesIO()
         with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as package:
             for name, data in self.members.items():
-                blob = self.parts[name].blob if name in self.parts else data
-                package.writestr(zipfile.ZipInfo(name, _EPOCH.timetuple()[:6]), blob)
+                member = zipfile.ZipInfo(name, _EPOCH.timetuple()[:6])
+                member.compress_type = zipfile.ZIP_DEFLATED
+                package.writestr(member, self.parts[name].blob if name in self.parts else data)
         return out.getvalue()
