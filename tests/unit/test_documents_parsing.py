@@ -424,6 +424,27 @@ def test_a_pdf_that_needs_a_password_is_refused_as_encrypted() -> None:
     assert "remove the password" in error.message
 
 
+def test_a_pdf_encrypted_for_a_certificate_is_refused_as_encrypted_not_corrupt() -> None:
+    # The public-key security handler: pypdf implements only the standard (password) one.
+    data = make_pdf(PAGES).replace(
+        b"/Root 2 0 R", b"/Root 2 0 R /Encrypt << /Filter /Adobe.PubSec /V 4 /R 4 >>", 1
+    )
+
+    error = refusal("encrypted", lambda: parse(data, "for-someone.pdf"))
+
+    assert isinstance(error.__cause__, NotImplementedError)
+
+
+def test_a_pdf_title_that_is_not_a_string_is_dropped_and_the_text_kept() -> None:
+    original = make_pdf(PAGES[:1], title="Rivers")
+    data = original.replace(b"/Title (Rivers)", b"/Title 5".ljust(15))  # offsets unchanged
+    assert len(data) == len(original) and data != original
+
+    parsed = parse(data, "numbered.pdf")
+
+    assert (parsed.title, parsed.text) == (None, PAGES[0])
+
+
 def test_a_scanned_pdf_without_a_text_layer_is_refused_as_no_text() -> None:
     pdf = FPDF()
     pdf.add_page()
