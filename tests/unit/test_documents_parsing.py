@@ -181,6 +181,28 @@ def test_html_declaring_its_charset_in_a_meta_is_decoded_by_it(charset: str, enc
     assert parse(page.encode(encoding), "page.html").text == words
 
 
+@pytest.mark.parametrize(
+    ("data", "text"),
+    [
+        ('<meta charset="x-unknown"><p>café</p>'.encode(), "café"),  # unknown: as text
+        # declared windows-1252 but UTF-8: ” ends in 0x9D, a byte windows-1252 leaves undefined
+        ('<meta charset="windows-1252"><p>“café”</p>'.encode(), "“café”"),
+        ('<meta charset="iso-8859-1"><p>“café”</p>'.encode("cp1252"), "“café”"),  # as browsers
+        (b'\xef\xbb\xbf<meta charset="latin-1"><p>caf\xc3\xa9</p>', "café"),  # the BOM wins
+        ('<meta charset="utf-16"><p>café</p>'.encode(), "café"),  # a meta cannot mean it
+    ],
+    ids=["unknown", "wrong", "latin-1-label", "bom", "utf-16-label"],
+)
+def test_html_whose_meta_charset_cannot_apply_is_decoded_as_text(data: bytes, text: str) -> None:
+    assert parse(data, "page.html").text == text
+
+
+def test_a_frameset_page_has_no_body_and_no_text() -> None:
+    page = b"<html><head><title>Frames</title></head><frameset><frame src=a></frameset></html>"
+
+    refusal("no_text", lambda: parse(page, "frames.html"))
+
+
 def test_markdown_is_kept_as_written_with_its_first_heading_as_title() -> None:
     source = "Intro line\n\n# Rivers of the world #\n\n* **Nile**: long\n* [Amazon](x)\n"
 
