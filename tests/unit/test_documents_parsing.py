@@ -275,6 +275,7 @@ def zipped(members: dict[str, bytes]) -> bytes:
         (b"%PDF-1.7\n...", "report.txt", "text/plain", "pdf"),  # magic bytes win over names
         (DOCX, "letter.bin", None, "docx"),
         (DOCX[: len(DOCX) // 2], "letter.docx", None, "docx"),  # truncated: parse says corrupt
+        (DOCX[: len(DOCX) // 2], "upload.bin", None, "docx"),  # ...known by its local headers
         (b"# Title", "notes.md", None, "markdown"),
         (b"# Title", "NOTES.MARKDOWN", None, "markdown"),
         (b"<p>x</p>", "page.HTM", None, "html"),
@@ -406,6 +407,22 @@ def test_a_docx_under_max_unpacked_bytes_is_read() -> None:
 
     assert parse(docx_bomb(MiB), "ok.docx", None, limits).text == "hello"
     refusal("too_large", lambda: parse(docx_bomb(2 * MiB), "big.docx", None, limits))
+
+
+def test_a_pdf_whose_page_inflates_past_pypdfs_limit_is_refused_as_too_large() -> None:
+    # A real page whose content stream is 76 MB of blanks deflated to ~75 kB: pypdf stops
+    # inflating at its limit (75 MB) and says so; the parse names it too large.
+    writer = pypdf.PdfWriter(clone_from=pypdf.PdfReader(io.BytesIO(make_pdf(PAGES[:1]))))
+    blanks = pypdf.generic.DecodedStreamObject()
+    blanks.set_data(b" " * 76_000_000)
+    writer.pages[0].replace_contents(blanks.flate_encode(level=9))
+    out = io.BytesIO()
+    writer.write(out)
+    assert len(out.getvalue()) < MiB
+
+    error = refusal("too_large", lambda: parse(out.getvalue(), "inflating.pdf"))
+
+    assert isinstance(error.__cause__, pypdf.errors.LimitReachedError)
 
 
 # --- refusals -----------------------------------------------------------------------------
