@@ -4,9 +4,10 @@ Seed 003's acceptance test asks for "500 real documents of mixed formats" and a 
 per document. The text is real prose found on this machine: the long descriptions in the
 installed distributions' METADATA, the licences, READMEs and docs they ship (found through
 their RECORD, not by walking site-packages), the standard library's module docstrings and
-text files, and the pydoc topics. Each text is normalised the way the parser normalises,
-cut to 12,000 words, and a text past 3,000 words is cut into sections of about 1,500 words
-at paragraph breaks (there are not 500 distinct texts of 300+ words otherwise).
+text files, and the pydoc topics. Each text is normalised the way the parser normalises and
+cut to 12,000 words; one past 1,000 words is cut into sections of 500+ words at paragraph
+breaks: the project's environment holds ~240 distinct texts of 300+ words, ~360,000 words
+once near-copies are dropped, so 500 documents average ~550 words.
 
 Duplicates are dropped: the same content (MIT and Apache licences ship dozens of times),
 the same first 300 characters (a licence under another copyright line), and near-copies
@@ -251,17 +252,20 @@ def _near_copy(paragraphs: tuple[str, ...], seen: set[str]) -> bool:
 
 @functools.cache
 def probe_candidates() -> tuple[tuple[str, ...], ...]:
-    """For each source, its sentences fit to be a probe that occur in no other source."""
-    # A sentence P found in another text D has its inner words (all but the first and last,
-    # which may be cut inside D's words) as whole words of D. So P occurs nowhere else when
-    # the run of its 2nd-7th words (compared as the index compares: latin-1, case folded)
-    # belongs to its own source alone: one pass over every text's 6-word runs decides.
+    """For each source, its sentences fit to be a probe that occur in no other source's
+    document, whatever format either is rendered in."""
+    # A sentence P found in another document D has its inner words (all but the first and
+    # last, which may be cut inside D's words) as whole words of D. So P occurs nowhere else
+    # when the run of its 2nd-7th words belongs to its own source alone, among the runs of
+    # every text a rendering may carry (render.word_streams), compared as case folded
+    # latin-1 (the PDF's text). P is plain words only, so a run through a list marker, a
+    # heading mark or a number, which the streams may lack, can never be P's.
     pool = sources()
     fit = [[(s, tuple(s.casefold().split()[1:7])) for s in _sentences(src)] for src in pool]
     holders: dict[tuple[str, ...], set[int]] = {gram: set() for c in fit for _, gram in c}
     for index, source in enumerate(pool):
-        for paragraph in source.paragraphs:
-            words = render.latin1(paragraph).casefold().split()
+        for stream in render.word_streams(source.title, source.paragraphs):
+            words = render.latin1(stream).casefold().split()
             for gram in zip(*(words[i:] for i in range(6)), strict=False):
                 if gram in holders:
                     holders[gram].add(index)
@@ -272,8 +276,8 @@ def probe_candidates() -> tuple[tuple[str, ...], ...]:
 
 
 def _sentences(source: Source) -> Iterator[str]:
-    # Whole sentences of plain words in the characters a PDF can carry: no markup, no paths
-    # or URLs, nothing a list item's marker could split.
+    # Whole sentences of plain words (no numbers, markup, paths or URLs) in the characters a
+    # PDF can carry, outside lists (whose renderings drop the item markers).
     for paragraph in source.paragraphs:
         if render.is_list(paragraph):
             continue
@@ -285,5 +289,5 @@ def _sentences(source: Source) -> Iterator[str]:
                 continue
             if _MARKUP.search(sentence) or sentence != render.latin1(sentence):
                 continue
-            if sum(bool(_PROBE_WORD.fullmatch(word)) for word in words) >= 0.9 * len(words):
+            if all(_PROBE_WORD.fullmatch(word) for word in words):
                 yield sentence

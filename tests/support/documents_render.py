@@ -66,6 +66,20 @@ def render(
     return name, data, MIMES[kind], text
 
 
+def word_streams(title: str, paragraphs: tuple[str, ...]) -> tuple[str, ...]:
+    """Texts whose runs of words cover every run of words any rendering of the paragraphs
+    carries, except runs through a list marker, a heading mark or a number: the title with
+    the body (list markers dropped, as HTML, PDF and DOCX drop them), and the HTML and DOCX
+    heads, whose count of blocks ends where the body starts."""
+    blocks = [_block(p) for p in paragraphs]
+    body = "\n".join(line for _, lines in blocks for line in lines)
+    return (
+        f"{title}\n{body}",
+        f"{title}\nTitle: {title}\nBlocks: {len(blocks)}",
+        f"{title}\nBlocks\t{len(blocks)}",
+    )
+
+
 def latin1(text: str) -> str:
     """``text`` in the characters fpdf2's core fonts have (latin-1), the rest transliterated
     or dropped."""
@@ -166,9 +180,10 @@ class _DocxWriter:
     """One python-docx document, refilled for each DOCX of the corpus, and its package
     written with fixed timestamps (python-docx stamps members with the time of saving).
 
-    Opening the template costs more than filling a document (~20 ms: its styles are parsed
-    again), and only two parts change from one document to the next: the body and the core
-    properties. The others are taken as python-docx saved them the first time.
+    Opening the template costs more than filling a document (~20 ms: its 800 kB of styles
+    are parsed again), and only two parts change from one document to the next: the body and
+    the core properties. The others are taken as python-docx saved them the first time. One
+    thread at a time: the corpus is built in one.
     """
 
     _CHANGING = ("word/document.xml", "docProps/core.xml")
