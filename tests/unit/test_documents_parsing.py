@@ -530,8 +530,9 @@ def test_a_document_without_text_is_refused_as_no_text(data: bytes, filename: st
         ("utf-16 without a byte order mark".encode("utf-16-le"), "wide.txt"),
         (random.Random(3).randbytes(4096), "random.md"),
         (b"\x00\x01\x02\x03binary\x00\x00" * 50, "blob.html"),
+        (b'<meta charset="latin-1">' + b"\x00\x01\x02\x03binary\x00\x00" * 50, "meta.html"),
     ],
-    ids=["latin-1", "utf-16-no-bom", "random-bytes", "binary-decodable"],
+    ids=["latin-1", "utf-16-no-bom", "random-bytes", "binary-decodable", "binary-declared"],
 )
 def test_bytes_that_are_not_text_are_refused_as_not_text(data: bytes, filename: str) -> None:
     error = refusal("not_text", lambda: parse(data, filename))

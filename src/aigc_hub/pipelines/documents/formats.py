@@ -177,10 +177,21 @@ def decode_text(data: bytes) -> str:
             text = data.decode(encoding)
         except UnicodeDecodeError:
             continue
-        if len(_BINARY.findall(text)) * _CONTROL_SHARE > len(text):
+        if looks_binary(text):
             break
         return text
-    raise UnparsableDocument(
+    raise not_text()
+
+
+def looks_binary(text: str) -> bool:
+    """Whether more than 1 character in 20 of ``text`` is a control character no text
+    holds (CR, FF and the other whitespace controls are allowed)."""
+    return len(_BINARY.findall(text)) * _CONTROL_SHARE > len(text)
+
+
+def not_text() -> UnparsableDocument:
+    """The refusal for bytes that are no text in the encodings the parser reads."""
+    return UnparsableDocument(
         "not_text", "the file is not text in UTF-8, UTF-16 (with BOM) or GB18030: save it as "
         "UTF-8 and upload it again",
     )  # fmt: skip

@@ -50,7 +50,10 @@ def decode_html(data: bytes) -> str:
                 encoding = codecs.lookup(declared.group(1).decode("ascii")).name
                 encoding = _WHATWG_ALIASES.get(encoding, encoding)
                 if not encoding.startswith("utf-16"):  # a meta can't declare it: it's ASCII
-                    return data.decode(encoding)
+                    text = data.decode(encoding)
+                    if formats.looks_binary(text):
+                        raise formats.not_text()
+                    return text
             except (LookupError, UnicodeDecodeError):
                 pass  # an unknown or wrong declaration: decode as any text file
     return formats.decode_text(data)

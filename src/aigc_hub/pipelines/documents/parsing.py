@@ -13,7 +13,9 @@ is inflated (Python's zipfile never inflates past a member's declared size, so a
 refused from its directory alone), and the text size as it accumulates.
 
 Synchronous and CPU-bound: callers run it in a worker thread. It keeps no state between
-calls, so several threads may parse at once.
+calls, so several threads may parse at once. Beside it, :mod:`.formats` tells what a file is
+(magic bytes, then name and type), decodes text and holds the refusals; :mod:`.markup`
+turns HTML into text.
 """
 
 from __future__ import annotations
