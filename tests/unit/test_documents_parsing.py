@@ -290,6 +290,20 @@ def zipped(members: dict[str, bytes]) -> bytes:
             "text",
         ),
     ],
+    ids=[
+        "pdf-named-txt",
+        "docx-named-bin",
+        "truncated-docx",
+        "truncated-docx-named-bin",
+        "md",
+        "markdown-upper",
+        "htm-upper",
+        "txt",
+        "mime-plain",
+        "mime-html",
+        "name-over-mime",
+        "text-starting-mz",
+    ],
 )
 def test_detect_format_reads_magic_bytes_then_the_name_then_the_declared_type(
     data: bytes, filename: str, mime: str | None, kind: str
@@ -319,6 +333,23 @@ PE = b"MZ" + bytes(0x3A) + struct.pack("<I", 0x40) + b"PE\x00\x00" + bytes(16)
         (b"text", "letter.docx", formats.DOCX_MIME, "the file is named .docx but is not DOCX"),
         (b"a,b\n1,2\n", "table.csv", "text/csv", "the file is a .csv file (declared text/csv)"),
         (b"hello", "noext", None, "the file is a file without an extension, not a supported"),
+    ],
+    ids=[
+        "png",
+        "jpeg",
+        "webp",
+        "mp4",
+        "elf",
+        "pe",
+        "ole2",
+        "zip-not-docx",
+        "damaged-zip",
+        "gzip",
+        "unknown-extension",
+        "named-pdf",
+        "named-docx",
+        "csv",
+        "no-extension",
     ],
 )
 def test_detect_format_refuses_what_is_no_document(
@@ -518,6 +549,7 @@ def test_a_damaged_docx_is_corrupt(data: bytes, filename: str) -> None:
         (b"<script>only code</script>", "code.html"),
         (make_docx(lambda d: d.add_paragraph("   ")), "blank.docx"),
     ],
+    ids=["empty", "blank", "title-only", "script-only", "blank-docx"],
 )
 def test_a_document_without_text_is_refused_as_no_text(data: bytes, filename: str) -> None:
     refusal("no_text", lambda: parse(data, filename))
