@@ -22,6 +22,8 @@ import pypdf
 import pytest
 from docx.document import Document as DocxDocument
 from docx.enum.text import WD_BREAK
+from docx.oxml import parse_xml
+from docx.oxml.ns import nsdecls
 from fpdf import FPDF
 from PIL import Image
 
@@ -123,6 +125,23 @@ def test_a_docx_is_its_paragraphs_headings_and_table_cells_in_order() -> None:
         "Field notes\n\nRivers carve stone slowly.\n\n"
         "Name\tLength Sea\nNile\t6650 km\n\nLine one\nline two\tafter a tab"
     )
+
+
+def test_a_docx_paragraph_inside_a_content_control_is_read_in_its_place() -> None:
+    # Word wraps cover pages, dates and form fields in block content controls (w:sdt), which
+    # python-docx's paragraph list skips.
+    def build(document: DocxDocument) -> None:
+        document.add_paragraph("Before the control.")
+        after = document.add_paragraph("After the control.")
+        control = parse_xml(
+            f"<w:sdt {nsdecls('w')}><w:sdtContent><w:p><w:r><w:t>Inside the control.</w:t>"
+            "</w:r></w:p></w:sdtContent></w:sdt>"
+        )
+        after._p.addprevious(control)
+
+    parsed = parse(make_docx(build), "form.docx")
+
+    assert parsed.text == "Before the control.\n\nInside the control.\n\nAfter the control."
 
 
 def test_a_docx_without_a_core_title_takes_its_title_paragraph() -> None:
