@@ -20,7 +20,8 @@ from aigc_hub.pipelines.documents.adapters.embedder import (
     EmbeddingRefused,
 )
 from aigc_hub.pipelines.documents.adapters.openai_embeddings import OpenAIEmbedder
-from aigc_hub.testing.openai_vendor import OpenAIVendor, hashed_embedding, serve_vendor
+from aigc_hub.testing.openai_vendor import OpenAIVendor, serve_vendor
+from aigc_hub.testing.openai_wire import hashed_embedding
 
 DIMS = 64
 MODEL = "text-embedding-3-small"

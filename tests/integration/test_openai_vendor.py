@@ -12,13 +12,8 @@ import httpx
 import numpy as np
 import pytest
 
-from aigc_hub.testing.openai_vendor import (
-    Messages,
-    OpenAIVendor,
-    estimated_tokens,
-    hashed_embedding,
-    serve_vendor,
-)
+from aigc_hub.testing.openai_vendor import OpenAIVendor, serve_vendor
+from aigc_hub.testing.openai_wire import Messages, estimated_tokens, hashed_embedding
 
 
 @pytest.fixture
