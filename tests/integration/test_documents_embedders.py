@@ -281,7 +281,7 @@ async def test_a_batch_past_its_deadline_is_unavailable_and_a_queued_one_never_r
         await embedder.warm_up()
         first = asyncio.create_task(embedder.embed(["first"]))
         assert await asyncio.to_thread(entered.wait, 10)  # "first" holds the worker thread
-        with pytest.raises(EmbedderUnavailable, match="embedding 1 texts took longer"):
+        with pytest.raises(EmbedderUnavailable, match="embedding a batch of 1 took longer"):
             await embedder.embed(["second"])  # waited behind "first", then gave up
         with pytest.raises(EmbedderUnavailable, match="took longer"):
             await first

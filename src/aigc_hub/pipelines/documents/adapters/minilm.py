@@ -102,7 +102,7 @@ class MiniLMEmbedder:
         model = await self._model()
         work = self._submit(self._encode, model, batch)
         try:
-            rows = await _wait(work, self._timeout_s, f"embedding {len(batch)} texts")
+            rows = await _wait(work, self._timeout_s, f"embedding a batch of {len(batch)}")
         except EmbedderUnavailable:
             work.cancel()  # still queued behind another batch: it will not run
             raise
