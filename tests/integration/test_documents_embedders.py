@@ -315,3 +315,12 @@ async def test_a_closed_embedder_is_unavailable() -> None:
     await embedder.close()
     with pytest.raises(EmbedderUnavailable, match="closed"):
         await embedder.embed(["a text"])
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [{"torch_threads": 0}, {"batch_size": 0}, {"timeout_s": 0}, {"load_timeout_s": -1}],
+)
+def test_impossible_settings_are_refused_when_made(setting: dict[str, int]) -> None:
+    with pytest.raises(ConfigurationError, match="above 0"):
+        MiniLMEmbedder(**setting)
