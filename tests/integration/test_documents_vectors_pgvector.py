@@ -180,3 +180,12 @@ async def test_the_postgresql_url_may_carry_sqlalchemys_driver_name(pgvector_url
         assert store.engine == "pgvector"
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("ef_search", [0, 1001])
+async def test_an_ef_search_pgvector_cannot_take_is_refused_before_connecting(
+    ef_search: int,
+) -> None:
+    url = f"postgresql://postgres@127.0.0.1:{closed_port()}/vectors"
+    with pytest.raises(ConfigurationError, match="ef_search is between 1 and 1000"):
+        await PgVectorStore.open(url, ef_search=ef_search)

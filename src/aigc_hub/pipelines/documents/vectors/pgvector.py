@@ -24,6 +24,7 @@ from aigc_hub.core.errors import ConfigurationError
 from . import checks, sql
 from .base import (
     MAX_DIMENSIONS,
+    MAX_K,
     ChunkOfAnotherTenant,
     DimensionMismatch,
     Hit,
@@ -59,9 +60,17 @@ class PgVectorStore:
     exact = False
 
     def __init__(
-        self, url: str, pool: psycopg_pool.AsyncConnectionPool[Connection], version: str
+        self,
+        url: str,
+        pool: psycopg_pool.AsyncConnectionPool[Connection],
+        version: str,
+        *,
+        ef_search: int = EF_SEARCH,
     ) -> None:
         self.url = url
+        #: Candidates a search keeps (at least ``k``): more finds more of the true nearest,
+        #: slower.
+        self.ef_search = ef_search
         #: The server's pgvector version, and whether it has iterative index scans.
         self.version = version
         self.iterative_scan = _version(version) >= ITERATIVE_SCAN_SINCE
@@ -72,11 +81,18 @@ class PgVectorStore:
 
     @classmethod
     async def open(
-        cls, url: str, *, max_connections: int = 4, timeout_s: float = 10.0
+        cls,
+        url: str,
+        *,
+        max_connections: int = 4,
+        timeout_s: float = 10.0,
+        ef_search: int = EF_SEARCH,
     ) -> PgVectorStore:
         """Create the schema (idempotent), then open a pool of up to ``max_connections``.
         ``VectorStoreUnavailable`` when the server does not answer within ``timeout_s``;
         ``ConfigurationError`` when it has no pgvector."""
+        if not 1 <= ef_search <= MAX_K:
+            raise ConfigurationError(f"ef_search is between 1 and {MAX_K}, not {ef_search}")
         version = await _create_schema(url, timeout_s)
         pool = psycopg_pool.AsyncConnectionPool(
             url,
@@ -93,7 +109,7 @@ class PgVectorStore:
         except psycopg_pool.PoolTimeout as exc:
             await pool.close()
             raise VectorStoreUnavailable(f"vector store {_safe(url)}: {exc}") from exc
-        return cls(url, pool, version)
+        return cls(url, pool, version, ef_search=ef_search)
 
     async def upsert(self, namespace: str, items: Sequence[VectorItem]) -> int:
         """Write the items in one transaction; the rows newly created (see ``VectorStore``)."""
@@ -134,7 +150,7 @@ class PgVectorStore:
                 dimension = self._dimensions[namespace] = int(found[0])
             if dimension != len(query):
                 raise DimensionMismatch(namespace, dimension, len(query))
-            await cur.execute(sql.PG_SEARCH_SETTINGS, (str(max(EF_SEARCH, k)),))
+            await cur.execute(sql.PG_SEARCH_SETTINGS, (str(max(self.ef_search, k)),))
             if self.iterative_scan:
                 await cur.execute(sql.PG_ITERATIVE_SCAN)
             parameters = {"query": query, "namespace": namespace, "tenant_id": tenant_id}
