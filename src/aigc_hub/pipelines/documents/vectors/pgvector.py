@@ -124,14 +124,16 @@ class PgVectorStore:
                 copy.set_types(sql.PG_COPY_TYPES)
                 for item in checked:
                     await copy.write_row(sql.pg_row(namespace, item))
+            await cur.execute(sql.PG_UPSERT)
+            created = sum(1 for (is_new,) in await cur.fetchall() if is_new)
+            # Checked after the upsert, which leaves another tenant's rows alone: this also
+            # sees one committed by a concurrent writer while the upsert waited on its lock.
             await cur.execute(sql.PG_FOREIGN_CHUNK)
             foreign = await cur.fetchone()
             if foreign is not None:
-                raise ChunkOfAnotherTenant(
+                raise ChunkOfAnotherTenant(  # rolls the whole batch back
                     f"chunk {foreign[0]!r} of namespace {namespace!r} is another tenant's"
                 )
-            await cur.execute(sql.PG_UPSERT)
-            created = sum(1 for (is_new,) in await cur.fetchall() if is_new)
         self._dimensions[namespace] = bound  # committed
         return created
 
