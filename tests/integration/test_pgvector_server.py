@@ -113,3 +113,14 @@ def test_a_server_that_cannot_start_says_why_and_leaves_nothing(
         server.start()
 
     assert server.workdir is not None and not server.workdir.exists()
+
+
+def test_a_failure_after_the_server_started_stops_it_and_says_why() -> None:
+    server = PgvectorServer()
+    server._template = "template1"  # exists already: creating it fails once the server runs
+
+    with pytest.raises(PgvectorUnavailable, match="DuplicateDatabase"):
+        server.start()
+
+    assert server.pid is not None and not psutil.pid_exists(server.pid)
+    assert server.workdir is not None and not server.workdir.exists()
