@@ -152,13 +152,13 @@ async def part_pgvector(
     size: int,
     budget_s: float | None,
     load: str,
-    ef_search: int,
+    ef_search: list[int],
 ) -> None:
     server = PgvectorServer()
     server.start()
     try:
         url = server.create_database()
-        store = await PgVectorStore.open(url, ef_search=ef_search)
+        store = await PgVectorStore.open(url)
         try:
             if load == "bulk":
                 rows, seconds = await bulk_load(store, url, data, size)
@@ -183,12 +183,15 @@ async def part_pgvector(
             )
             print(f"  pgvector plan at {rows:,} rows: {scan}")
             await store.search(NS, "t1", "kb1", queries[0], k)  # the pool's connections warm
-            timings, found = await searches(store, queries, k)
-            print(
-                f"  {report('pgvector search', timings)}, recall@{k} "
-                f"{recall(data[:rows], queries, found, k):.3f} (ef_search {store.ef_search}, "
-                f"iterative scan {store.iterative_scan}, pgvector {store.version})"
-            )
+            for ef in ef_search:
+                store.ef_search = ef
+                timings, found = await searches(store, queries, k)
+                share = recall(data[:rows], queries, found, k)
+                print(
+                    f"  {report(f'pgvector search, ef_search {ef}', timings)}, recall@{k} "
+                    f"{share:.3f} (iterative scan {store.iterative_scan}, "
+                    f"pgvector {store.version})"
+                )
         finally:
             await store.close()
     finally:
@@ -224,7 +227,9 @@ async def main() -> None:
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--pg-insert-budget-s", type=float, default=45.0, help="0: no budget")
     parser.add_argument("--pg-load", choices=("live", "bulk"), default="live")
-    parser.add_argument("--ef-search", type=int, default=40, help="pgvector's hnsw.ef_search")
+    parser.add_argument(
+        "--ef-search", default="40,200", help="pgvector's hnsw.ef_search values to search with"
+    )
     args = parser.parse_args()
     parts = set(args.parts.split(","))
 
@@ -244,7 +249,7 @@ async def main() -> None:
             args.batch,
             args.pg_insert_budget_s or None,
             args.pg_load,
-            args.ef_search,
+            [int(value) for value in args.ef_search.split(",")],
         ),
     }
     if "numpy" in parts:
