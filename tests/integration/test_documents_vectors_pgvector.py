@@ -189,3 +189,14 @@ async def test_an_ef_search_pgvector_cannot_take_is_refused_before_connecting(
     url = f"postgresql://postgres@127.0.0.1:{closed_port()}/vectors"
     with pytest.raises(ConfigurationError, match="ef_search is between 1 and 1000"):
         await PgVectorStore.open(url, ef_search=ef_search)
+
+
+async def test_no_free_connection_within_the_timeout_is_retryable(pgvector_url: str) -> None:
+    store = await PgVectorStore.open(pgvector_url, max_connections=1, timeout_s=0.2)
+    try:
+        async with store._pool.connection():  # the pool's one connection, held elsewhere
+            with pytest.raises(VectorStoreUnavailable, match="couldn't get a connection"):
+                await store.count(NS)
+        assert await store.count(NS) == 0
+    finally:
+        await store.close()

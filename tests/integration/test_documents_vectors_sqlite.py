@@ -143,3 +143,22 @@ async def test_the_file_holds_float32_blobs_and_refuses_one_of_the_wrong_size(
             )
     finally:
         raw.close()
+
+
+async def test_a_matrix_holding_rows_the_file_does_not_is_dropped_and_loaded_again(
+    tmp_path: Path,
+) -> None:
+    # As after the file was restored from an older copy: the cached matrix claims a later
+    # generation and holds a row (id 999) the file does not have.
+    store = SQLiteVectorStore(tmp_path / "v.db")
+    try:
+        await store.upsert(NS, [chunk("a", axis(1)), chunk("b", axis(2))])
+        phantom = (np.array([999], dtype=np.int64), axis(0).reshape(1, 4))
+        store.matrices.refresh(("m@1", "t1", "kb1"), 4, 50, 0, lambda after: phantom)
+
+        hits = await store.search(NS, "t1", "kb1", axis(0), 2)
+
+        assert sorted(h.chunk_id for h in hits) == ["a", "b"]
+        assert store.matrices.full_loads == 2  # the phantom's, then the file's
+    finally:
+        await store.close()

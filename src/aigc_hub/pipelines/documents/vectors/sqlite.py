@@ -40,8 +40,9 @@ from .base import (
 
 #: Default memory for cached matrices (about 700,000 384-d vectors).
 CACHE_BYTES = 1 << 30
-#: A search retries when its cached matrix showed a row its own snapshot does not (another
-#: thread refreshed the matrix past it); after this many, it returns the rows it can show.
+#: A search whose matrix holds a row its own snapshot does not show (another thread moved
+#: the matrix past that snapshot, or the file went back: restored from a backup) drops the
+#: matrix and searches again; after this many attempts it returns the rows it can show.
 SEARCH_ATTEMPTS = 3
 #: SQLite's limit on host parameters is 32,766; chunk id lookups stay well below it.
 _LOOKUP_BATCH = 500
@@ -137,12 +138,12 @@ class SQLiteVectorStore:
         return await self._call(self._chunk_ids, (namespace, tenant_id, document_id))
 
     async def close(self) -> None:
-        """Close every thread's connection and drop the matrices."""
+        """Close every thread's connection (the last one checkpoints the WAL, so in a worker
+        thread) and drop the matrices."""
         with self._guard:
             self._closed = True
-            for connection in self._connections:
-                connection.close()
-            self._connections.clear()
+            connections, self._connections = self._connections, []
+        await asyncio.to_thread(_close_all, connections)
         self.matrices.clear()
 
     # -- in a worker thread ---------------------------------------------------------
@@ -225,6 +226,7 @@ class SQLiteVectorStore:
             ]  # fmt: skip
             if len(hits) == len(ids):
                 break
+            self.matrices.discard(key)  # the next attempt loads it from its own snapshot
         return hits
 
     @staticmethod
@@ -324,3 +326,9 @@ class SQLiteVectorStore:
             yield
         finally:
             connection.execute("COMMIT")
+
+
+def _close_all(connections: list[sqlite3.Connection]) -> None:
+    """Close the connections, in this (worker) thread."""
+    for connection in connections:
+        connection.close()
