@@ -3,8 +3,9 @@
 Vectors are float32 BLOBs; a search scores a knowledge base's whole matrix, kept in memory
 (``matrices.py``) and brought up to date from the ``vector_generations`` table, which every
 write bumps in its own transaction: several processes may share the file. This CPython cannot
-load SQLite extensions, so there is no sqlite-vec; at 100,000 384-d vectors the matrix
-product takes milliseconds.
+load SQLite extensions, so there is no sqlite-vec. The product reads the whole matrix, so it
+is bound by memory bandwidth: 100,000 384-d vectors are 154 MB, tens of milliseconds a query
+(bench/documents_vectors.py); past that size, a knowledge base belongs in pgvector.
 
 Each worker thread has its own connection (a sqlite3 connection is not for two threads at
 once) and every call runs in one (``asyncio.to_thread``). Writes are one ``BEGIN IMMEDIATE``
