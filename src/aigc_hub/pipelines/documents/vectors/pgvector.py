@@ -152,9 +152,10 @@ class PgVectorStore:
                 dimension = self._dimensions[namespace] = int(found[0])
             if dimension != len(query):
                 raise DimensionMismatch(namespace, dimension, len(query))
-            await cur.execute(sql.PG_SEARCH_SETTINGS, (str(max(self.ef_search, k)),))
-            if self.iterative_scan:
-                await cur.execute(sql.PG_ITERATIVE_SCAN)
+            settings = (
+                sql.PG_SEARCH_SETTINGS_ITERATIVE if self.iterative_scan else sql.PG_SEARCH_SETTINGS
+            )
+            await cur.execute(settings, (str(max(self.ef_search, k)),))
             parameters = {"query": query, "namespace": namespace, "tenant_id": tenant_id}
             await cur.execute(sql.pg_search(dimension), {**parameters, "kb_id": kb_id, "k": k})
             rows = await cur.fetchall()
