@@ -286,7 +286,9 @@ class Hub:
         settings = self.config.settings or Settings()
         for pipeline in self.pipelines:
             if pipeline.name not in self.started:
-                self.started[pipeline.name] = pipeline.start(self, settings)
+                started = self.started[pipeline.name] = pipeline.start(self, settings)
+                for check in started.admission:
+                    self.gate.add_check(pipeline.name, check)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncConnection]:

@@ -28,6 +28,7 @@ from aigc_hub.messaging.catalog import TopicSpec
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
     from aigc_hub.bootstrap import Hub
     from aigc_hub.core.envelope import Envelope
@@ -46,8 +47,27 @@ Handler = Callable[["Envelope", "HandlerContext"], Awaitable[list["Envelope"]]]
 #: time-driven handlers close their windows on it. What it keeps in memory past its return is
 #: not redelivered after a crash (those offsets are committed).
 StreamHandler = Callable[[Sequence["Record"]], Awaitable[None]]
+#: A batch handler's results, one per record in order: the events that record emits, or the
+#: exception that fails that record alone (the others of the batch still commit).
+BatchResults = Sequence["list[Envelope] | Exception"]
+#: A batch handler (a batch consumer group, :meth:`PipelineBase.batch_handler`): gets records
+#: as ``(envelope, ctx)`` pairs, does one outside call for all of them (an embedding model's
+#: batch), stages each record's writes on its own ``ctx`` and returns one result per record.
+#: Raising fails every record of the batch; each is then retried alone (a batch of one).
+BatchHandler = Callable[[Sequence["tuple[Envelope, HandlerContext]"]], Awaitable[BatchResults]]
+#: Runs in the transaction that stores a group's dead letter (see :attr:`HandlerSpec.
+#: on_dead_letter`): the pipeline's facts about the record's failure, e.g. its task FAILED.
+DeadLetterHook = Callable[["AsyncConnection", "Envelope", BaseException], Awaitable[None]]
+#: A pipeline's own reason to refuse new work now, as ``(retry_after_s, reason)``, or None
+#: to admit (an AI service it depends on is overloaded, say): asked by the admission gate
+#: beside the lag monitor's breaches.
+AdmissionCheck = Callable[[], "tuple[int, str] | None"]
 #: Why a consumer group must stop taking records now, or None to go on.
 PauseCheck = Callable[[], "str | None"]
+
+#: The largest body a pipeline's routes under a path prefix take, given the started hub
+#: (e.g. its settings' upload limit): larger than the API's default, for uploads.
+BodyLimitOf = Callable[["Hub"], int]
 
 #: Builds a pipeline's scanner once the hub (engine, outbox, clock…) exists.
 ScannerFactory = Callable[["Hub"], "Scanner"]
@@ -155,6 +175,12 @@ S = TypeVar("S")
 StateFactory = Callable[["Hub", "Settings"], S]
 #: A consumer handler that needs its pipeline's state (given first).
 StateHandler = Callable[[S, "Envelope", "HandlerContext"], Awaitable[list["Envelope"]]]
+#: A dead-letter hook that needs its pipeline's state (given first).
+StateDeadLetterHook = Callable[[S, "AsyncConnection", "Envelope", BaseException], Awaitable[None]]
+#: A batch handler that needs its pipeline's state (given first).
+StateBatchHandler = Callable[
+    [S, Sequence["tuple[Envelope, HandlerContext]"]], Awaitable[BatchResults]
+]
 #: Builds a scanner from its pipeline's state.
 StateScannerFactory = Callable[[S], "Scanner"]
 #: Builds a stream handler from its pipeline's state (bound once, at hub start).
@@ -192,6 +218,17 @@ class EventSpec:
 
 
 @dataclass(frozen=True)
+class Batching:
+    """How a batch consumer group gathers records for its :data:`BatchHandler`."""
+
+    handler: BatchHandler
+    #: A batch is handed over when it holds this many records...
+    max_records: int = 50
+    #: ... or when its first record has waited this long (seconds).
+    max_wait_s: float = 2.0
+
+
+@dataclass(frozen=True)
 class HandlerSpec:
     """A consumer group: which topics it reads, its handler and its limits."""
 
@@ -204,6 +241,14 @@ class HandlerSpec:
     #: Asked before each fetch: a reason to stop taking work (a full scratch disk), or None.
     #: Records stay in the broker meanwhile (seed 004 §3.9.4: pause consumption, not the API).
     pause: PauseCheck | None = None
+    #: Set for a batch group: the runtime gathers records into batches for this handler
+    #: (``handler`` then hands it one record at a time, as a batch of one).
+    batching: Batching | None = None
+    #: Run in the same transaction as the dead letter of one of this group's records, so the
+    #: pipeline's own facts say it failed (a task FAILED with its reason) exactly when the
+    #: dead letter exists. A hook that raises stores neither: the record stays unfinished
+    #: (its offset uncommitted) and comes back on the group's next start.
+    on_dead_letter: DeadLetterHook | None = None
 
 
 @dataclass(frozen=True)
@@ -229,6 +274,8 @@ class Started:
     handlers: list[HandlerSpec]
     scanners: list[ScannerFactory]
     streams: list[StreamSpec] = field(default_factory=list)
+    #: Its own admission checks, bound to its state.
+    admission: list[AdmissionCheck] = field(default_factory=list)
 
 
 @dataclass
@@ -245,6 +292,9 @@ class PipelineBase:
     scanners: list[ScannerFactory] = field(default_factory=list)
     #: FastAPI routers mounted under ``/v1`` by the HTTP app.
     routers: list[APIRouter] = field(default_factory=list)
+    #: Routers mounted at the root, outside ``/v1``: only for paths a seed fixes (seed 003's
+    #: ``/api/admin/dlq``), so its clients work unchanged.
+    root_routers: list[APIRouter] = field(default_factory=list)
     timelines: list[TimelineSource] = field(default_factory=list)
     #: Sources of the console's gallery (see :data:`GallerySource`).
     galleries: list[GallerySource] = field(default_factory=list)
@@ -262,6 +312,8 @@ class PipelineBase:
     migrations: Path | None = None
     #: Outside processes ``up`` starts for it (see :data:`UpHook`).
     up_hooks: list[UpHook] = field(default_factory=list)
+    #: Path prefixes (under ``/v1``) whose bodies may pass the API's body limit: uploads.
+    body_limits: list[tuple[str, BodyLimitOf]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not _ALIAS.fullmatch(self.short_name):
@@ -283,6 +335,14 @@ class PipelineBase:
         """Register an outside process ``aigc-hub up`` runs beside the hub (see :data:`UpHook`)."""
         self.up_hooks.append(hook)
         return hook
+
+    def body_limit(self, prefix: str, limit: BodyLimitOf) -> None:
+        """Let bodies of requests under ``/v1{prefix}`` be up to ``limit(hub)`` bytes instead
+        of the API's limit (an upload route); the limit is still enforced on the bytes as
+        they stream in, before any route reads them."""
+        if not prefix.startswith("/"):
+            raise ValueError(f"a body-limit prefix starts with '/': {prefix!r}")
+        self.body_limits.append((prefix, limit))
 
     def topic(self, spec: TopicSpec) -> TopicSpec:
         """Declare a topic this pipeline owns (the hub and `aigc-hub topics` merge it in)."""
@@ -320,12 +380,59 @@ class PipelineBase:
         *,
         concurrency: int = 4,
         timeout: float | None = None,
+        on_dead_letter: DeadLetterHook | None = None,
     ) -> Callable[[H], H]:
         """Function decorator: run this handler as consumer group ``group`` over ``topics``."""
 
         def register(fn: H) -> H:
             self.handlers.append(
-                HandlerSpec(group, tuple(topics), fn, concurrency, timeout, self.name)
+                HandlerSpec(
+                    group,
+                    tuple(topics),
+                    fn,
+                    concurrency,
+                    timeout,
+                    self.name,
+                    on_dead_letter=on_dead_letter,
+                )
+            )
+            return fn
+
+        return register
+
+    def batch_handler(
+        self,
+        group: str,
+        topics: Sequence[str],
+        *,
+        max_records: int = 50,
+        max_wait_s: float = 2.0,
+        concurrency: int = 2,
+        timeout: float | None = None,
+        on_dead_letter: DeadLetterHook | None = None,
+    ) -> Callable[[BatchHandler], BatchHandler]:
+        """Function decorator: run ``fn(items)`` as batch consumer group ``group``.
+
+        A batch group is a consumer group (inbox, retries, dead letters, the outbox) whose
+        handler gets up to ``max_records`` records at once, or what came within
+        ``max_wait_s`` of the first; ``concurrency`` batches run at once. Each record's
+        effect is still exactly once: its writes commit with its own inbox mark. Records of
+        one key may share a batch or be in two batches at once, so per-key order does not
+        hold here: use it where a record's effect does not depend on its key's previous one.
+        """
+
+        def register(fn: BatchHandler) -> BatchHandler:
+            self.handlers.append(
+                HandlerSpec(
+                    group,
+                    tuple(topics),
+                    _one_by_one(fn),
+                    concurrency,
+                    timeout,
+                    self.name,
+                    batching=Batching(fn, max_records, max_wait_s),
+                    on_dead_letter=on_dead_letter,
+                )
             )
             return fn
 
@@ -368,6 +475,16 @@ class Pipeline(PipelineBase, Generic[S]):
     state_pauses: dict[str, Callable[[S], str | None]] = field(default_factory=dict)
     #: Stream handlers built from the state, by group, bound at :meth:`start`.
     state_streams: dict[str, StateStreamFactory[S]] = field(default_factory=dict)
+    #: Batch handlers that receive the state, by group, bound at :meth:`start`.
+    state_batch_handlers: dict[str, StateBatchHandler[S]] = field(default_factory=dict)
+    #: Admission checks that read the state, bound at :meth:`start`.
+    state_admission_checks: list[Callable[[S], tuple[int, str] | None]] = field(
+        default_factory=list
+    )
+    #: Batch shapes read from the state, by group, applied at :meth:`start`.
+    state_batch_shapes: dict[str, Callable[[S], tuple[int, float]]] = field(default_factory=dict)
+    #: Dead-letter hooks of state handlers' groups, bound at :meth:`start`.
+    state_dead_letter_hooks: dict[str, StateDeadLetterHook[S]] = field(default_factory=dict)
 
     @property
     def key(self) -> StateKey[S]:
@@ -382,20 +499,18 @@ class Pipeline(PipelineBase, Generic[S]):
     def start(self, hub: Hub, settings: Settings) -> Started:
         """Build the state once and bind the handlers and scanners that receive it."""
         if self.state is None:
-            if self.state_handlers or self.state_scanners or self.state_streams:
+            if (
+                self.state_handlers
+                or self.state_scanners
+                or self.state_streams
+                or self.state_batch_handlers
+                or self.state_dead_letter_hooks
+                or self.state_admission_checks
+            ):
                 raise TypeError(f"pipeline {self.name!r} uses state but declares no factory")
             return super().start(hub, settings)
         state = self.state(hub, settings)
-        handlers = [
-            replace(
-                spec,
-                handler=_bound(self.state_handlers[spec.group], state),
-                pause=_bound_pause(self.state_pauses.get(spec.group), state),
-            )
-            if spec.group in self.state_handlers
-            else spec
-            for spec in self.handlers
-        ]
+        handlers = [self._bind(spec, state) for spec in self.handlers]
         scanners: list[ScannerFactory] = [
             *self.scanners,
             *(_bound_scanner(factory, state) for factory in self.state_scanners),
@@ -406,7 +521,39 @@ class Pipeline(PipelineBase, Generic[S]):
             else spec
             for spec in self.streams
         ]
-        return Started(state, handlers, scanners, streams)
+        admission = [_bound_check(check, state) for check in self.state_admission_checks]
+        return Started(state, handlers, scanners, streams, admission)
+
+    def admission_check_with_state(
+        self, check: Callable[[S], tuple[int, str] | None]
+    ) -> Callable[[S], tuple[int, str] | None]:
+        """Register a check the admission gate asks before admitting new work for this
+        pipeline (:data:`AdmissionCheck`, given the state): ``(retry_after_s, reason)``
+        refuses with 429 and ``Retry-After``."""
+        self.state_admission_checks.append(check)
+        return check
+
+    def _bind(self, spec: HandlerSpec, state: S) -> HandlerSpec:
+        """``spec`` with its state handler (plain or batch), pause check and dead-letter hook
+        bound to ``state``."""
+        hook = self.state_dead_letter_hooks.get(spec.group)
+        if hook is not None:
+            spec = replace(spec, on_dead_letter=_bound_hook(hook, state))
+        if spec.group in self.state_batch_handlers and spec.batching is not None:
+            batch = _bound_batch(self.state_batch_handlers[spec.group], state)
+            batching = replace(spec.batching, handler=batch)
+            shape = self.state_batch_shapes.get(spec.group)
+            if shape is not None:
+                max_records, max_wait_s = shape(state)
+                batching = replace(batching, max_records=max_records, max_wait_s=max_wait_s)
+            return replace(spec, handler=_one_by_one(batch), batching=batching)
+        if spec.group in self.state_handlers:
+            return replace(
+                spec,
+                handler=_bound(self.state_handlers[spec.group], state),
+                pause=_bound_pause(self.state_pauses.get(spec.group), state),
+            )
+        return spec
 
     def scanner_with_state(self, factory: StateScannerFactory[S]) -> StateScannerFactory[S]:
         """Register a scanner built from this pipeline's state (bound at hub start)."""
@@ -421,6 +568,7 @@ class Pipeline(PipelineBase, Generic[S]):
         concurrency: int = 4,
         timeout: float | None = None,
         pause: Callable[[S], str | None] | None = None,
+        on_dead_letter: StateDeadLetterHook[S] | None = None,
     ) -> Callable[[StateHandler[S]], StateHandler[S]]:
         """Like :meth:`handler` for ``fn(state, env, ctx)``: the hub binds the state at start.
 
@@ -442,6 +590,47 @@ class Pipeline(PipelineBase, Generic[S]):
             self.state_handlers[group] = fn
             if pause is not None:
                 self.state_pauses[group] = pause
+            if on_dead_letter is not None:
+                self.state_dead_letter_hooks[group] = on_dead_letter
+            return fn
+
+        return register
+
+    def batch_handler_with_state(
+        self,
+        group: str,
+        topics: Sequence[str],
+        *,
+        max_records: int = 50,
+        max_wait_s: float = 2.0,
+        concurrency: int = 2,
+        timeout: float | None = None,
+        on_dead_letter: StateDeadLetterHook[S] | None = None,
+        shape: Callable[[S], tuple[int, float]] | None = None,
+    ) -> Callable[[StateBatchHandler[S]], StateBatchHandler[S]]:
+        """Like :meth:`batch_handler` for ``fn(state, items)``: the hub binds the state.
+
+        ``shape(state)``, when given, is the batches' ``(max_records, max_wait_s)`` read from
+        the state (its settings) at hub start, in place of the declared ones."""
+
+        def register(fn: StateBatchHandler[S]) -> StateBatchHandler[S]:
+            unbound = _unbound_batch(self.name, group)
+            self.handlers.append(
+                HandlerSpec(
+                    group,
+                    tuple(topics),
+                    _one_by_one(unbound),
+                    concurrency,
+                    timeout,
+                    self.name,
+                    batching=Batching(unbound, max_records, max_wait_s),
+                )
+            )
+            self.state_batch_handlers[group] = fn
+            if shape is not None:
+                self.state_batch_shapes[group] = shape
+            if on_dead_letter is not None:
+                self.state_dead_letter_hooks[group] = on_dead_letter
             return fn
 
         return register
@@ -493,6 +682,57 @@ def _bound(fn: StateHandler[S], state: S) -> Handler:
         return await fn(state, env, ctx)
 
     return handle
+
+
+def _bound_batch(fn: StateBatchHandler[S], state: S) -> BatchHandler:
+    """The batch handler ``fn`` with its state fixed."""
+
+    async def handle(items: Sequence[tuple[Envelope, HandlerContext]]) -> BatchResults:
+        return await fn(state, items)
+
+    return handle
+
+
+def _bound_check(check: Callable[[S], tuple[int, str] | None], state: S) -> AdmissionCheck:
+    """The admission check ``check`` with its state fixed."""
+    return lambda: check(state)
+
+
+def _bound_hook(hook: StateDeadLetterHook[S], state: S) -> DeadLetterHook:
+    """The dead-letter hook ``hook`` with its state fixed."""
+
+    async def on_dead_letter(conn: AsyncConnection, env: Envelope, error: BaseException) -> None:
+        await hook(state, conn, env, error)
+
+    return on_dead_letter
+
+
+def _one_by_one(fn: BatchHandler) -> Handler:
+    """A plain handler that hands ``fn`` one record as a batch of one (what the runtime does
+    with a record retried alone, and what a caller without the batching runtime gets)."""
+
+    async def handle(env: Envelope, ctx: HandlerContext) -> list[Envelope]:
+        results = await fn([(env, ctx)])
+        if len(results) != 1:
+            raise TypeError(f"a batch handler returned {len(results)} results for 1 record")
+        result = results[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    return handle
+
+
+def _unbound_batch(pipeline: str, group: str) -> BatchHandler:
+    """Stands in for a state batch handler until the hub starts (and binds the real one)."""
+
+    async def refuse(items: Sequence[tuple[Envelope, HandlerContext]]) -> BatchResults:
+        raise RuntimeError(
+            f"consumer group {group!r} needs pipeline {pipeline!r}'s state: "
+            "run it through a started hub (Hub.start builds the state)"
+        )
+
+    return refuse
 
 
 def _bound_pause(check: Callable[[S], str | None] | None, state: S) -> PauseCheck | None:

@@ -54,6 +54,12 @@ class Principal:
     key_id: str
 
 
+def admin_actor(who: Principal) -> str:
+    """The audit log's actor for an admin key's action: ``admin:<key id>`` (every admin
+    surface writes it alike, so one person's actions read as one actor)."""
+    return f"admin:{who.key_id}"
+
+
 def hash_key(presented: str) -> str:
     """The stored form of a key: SHA-256, hex."""
     return hashlib.sha256(presented.encode()).hexdigest()

@@ -20,6 +20,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from typer.testing import CliRunner
 
+# The schema registry's tables live beside the backbone's, not in a pipeline's models module:
+# import them so the comparison below sees every table the migrations create.
+import aigc_hub.schemas.avro_registry.tables  # noqa: F401
 from aigc_hub.cli import common
 from aigc_hub.cli import db as db_cli
 from aigc_hub.core.errors import ConfigurationError, StaleTransition

@@ -30,7 +30,7 @@ DOCS = ROOT / "docs" / "metrics.md"
 # (lag > 5000 for 5m; P99 > 30 s for 3m; > 10 dead letters in 10m for 5m), seed 000 §9.3.4
 # (apply.created lag > 1000 or older than 1 min; playback lag > 50000), seed 000 §9.3.3 (any
 # dead letter of avcc's topics: P2), seed 000 §9.2.4 (the flink-job's anomalies: any), and
-# ours (outbox 60 s).
+# ours (outbox 60 s). The documents pipeline has seed 003 §10.2's three of its own.
 EXPECTED: dict[str, tuple[float, str | None, tuple[str, ...]]] = {
     "AigcHubConsumerLagHigh": (5000, "5m", ("aigc_hub_consumer_lag_records",)),
     "AigcHubHandlerLatencyHigh": (
@@ -38,7 +38,22 @@ EXPECTED: dict[str, tuple[float, str | None, tuple[str, ...]]] = {
         "3m",
         ("histogram_quantile(0.99,", "aigc_hub_handler_duration_seconds_bucket"),
     ),
-    "AigcHubDeadLetterAccumulation": (10, "5m", ("increase(aigc_hub_dead_letters_total[10m])",)),
+    "AigcHubDeadLetterAccumulation": (
+        10,
+        "5m",
+        ("increase(aigc_hub_dead_letters_total{", "}[10m])"),
+    ),
+    "AigcHubDocumentsConsumerLagHigh": (5000, "5m", ("aigc_hub_consumer_lag_records",)),
+    "AigcHubDocumentsProcessingLatencyHigh": (
+        30,
+        "3m",
+        ("histogram_quantile(0.99,", "aigc_hub_handler_duration_seconds_bucket"),
+    ),
+    "AigcHubDocumentsDeadLetterAccumulation": (
+        10,
+        "5m",
+        ("increase(aigc_hub_dead_letters_total{", "}[10m])"),
+    ),
     "AigcHubAvccDeadLetter": (
         0,
         None,
@@ -136,6 +151,35 @@ def test_generic_lag_rule_leaves_out_topics_with_their_own_rule() -> None:
     rule = next(r for r in _rules() if r["alert"] == "AigcHubConsumerLagHigh")
     assert 'topic!="topic.avcc.apply.created"' in rule["expr"]
     assert 'topic!="topic.playback.event"' in rule["expr"]
+
+
+def _matchers(alert: str, label: str, op: str) -> list[str]:
+    rule = next(r for r in _rules() if r["alert"] == alert)
+    return re.findall(rf'{label}{op}"([^"]+)"', rule["expr"])
+
+
+def test_documents_rules_watch_its_topics_and_groups_and_the_generic_rules_leave_them() -> None:
+    from aigc_hub.pipelines.documents import events
+
+    installed = plugins.load(None)  # every installed pipeline: only documents' may match
+    others = {spec.name for spec in merged_catalog(installed)}
+    other_groups = {spec.group for p in installed for spec in (*p.handlers, *p.streams)}
+    topics = {spec.name for spec in events.TOPICS}
+    groups = {events.CHUNKING_SVC, events.EMBEDDING_SVC, events.STORAGE_SVC, events.ANALYSIS_SVC}
+    [lag] = _matchers("AigcHubDocumentsConsumerLagHigh", "topic", "=~")
+    [dead] = _matchers("AigcHubDocumentsDeadLetterAccumulation", "topic", "=~")
+    [slow] = _matchers("AigcHubDocumentsProcessingLatencyHigh", "group", "=~")
+    assert lag == dead
+    assert {t for t in topics | others if re.fullmatch(lag, t)} == topics
+    assert {g for g in groups | other_groups if re.fullmatch(slow, g)} == groups
+    # the backbone's rules of the same meaning leave documents' topics and groups out
+    assert _matchers("AigcHubConsumerLagHigh", "topic", "!~") == [lag]
+    assert _matchers("AigcHubDeadLetterAccumulation", "topic", "!~") == [lag]
+    assert _matchers("AigcHubHandlerLatencyHigh", "group", "!~") == [slow]
+    for alert in EXPECTED:
+        if alert.startswith("AigcHubDocuments"):
+            rule = next(r for r in _rules() if r["alert"] == alert)
+            assert rule["annotations"]["summary"].startswith("Documents: "), alert
 
 
 def test_avcc_dead_letter_rule_watches_exactly_avccs_topics_at_p2() -> None:

@@ -124,8 +124,16 @@ def test_topics_list_shows_the_backbone_and_installed_pipelines_topics(
         "partitions and retention not given by the seed",
     ]
     assert any("topic.system.dlq" in line and "forever" in line for line in lines)
-    # the future pipelines' seed topics are not declared until those pipelines exist
-    assert not any("documents-uploaded" in line for line in lines)
+    chunks = next(line for line in lines if "chunks-created" in line)
+    assert [cell.strip() for cell in chunks.split("│")[1:-1]][:5] == [
+        "chunks-created",
+        "24",
+        "3 d",
+        "reliable",
+        "documents",
+    ]
+    # a future pipeline's seed topics are not declared until that pipeline exists
+    assert not any("transcode" in line for line in lines)
 
 
 def test_topics_list_merges_pipeline_topics_and_filters(runner: CliRunner) -> None:
@@ -144,7 +152,7 @@ def test_topics_list_of_an_unknown_pipeline_is_not_found(runner: CliRunner) -> N
     result = runner.invoke(app, ["topics", "list", "-p", "nope"], env={"AIGC_HUB_PIPELINES": None})
 
     assert result.exit_code == common.ExitCode.NOT_FOUND
-    known = "(known: avcc, generation,"
+    known = "(known: avcc, documents, generation,"
     assert result.stderr.startswith(f"error: no topics for pipeline 'nope' {known}")
 
 
@@ -263,7 +271,8 @@ def test_installed_pipelines_reads_the_environment(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv(common.PIPELINES_ENV, "")
     assert common.installed_pipelines() == []
     monkeypatch.delenv(common.PIPELINES_ENV)  # unset: every installed pipeline
-    assert sorted(p.name for p in common.installed_pipelines()) == ["avcc", "generation"]
+    installed = sorted(p.name for p in common.installed_pipelines())
+    assert installed == ["avcc", "documents", "generation"]
     assert {p.name for p in common.installed_pipelines("generation,avcc")} == {"avcc", "generation"}
 
 

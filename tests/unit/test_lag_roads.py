@@ -63,3 +63,22 @@ async def test_a_telemetry_breach_alone_leaves_its_pipelines_gate_open() -> None
         assert AdmissionGate(monitor).admit("shop").admitted
     finally:
         await broker.close()
+
+
+async def test_a_pipelines_own_check_closes_its_gate_while_it_refuses() -> None:
+    monitor, broker = await monitor_with_backlog(PLAYS)
+    overloaded: list[tuple[int, str]] = [(900, "the analyzer answered 503")]
+    gate = AdmissionGate(monitor)
+    gate.add_check("shop", lambda: overloaded[0] if overloaded else None)
+    try:
+        await monitor.sample()
+        refused = gate.admit("shop")
+        other = gate.admit("elsewhere")
+        overloaded.clear()
+        reopened = gate.admit("shop")
+    finally:
+        await broker.close()
+    # The wait is clamped to the gate's bounds; other pipelines are not held by it.
+    assert (refused.admitted, refused.retry_after_s) == (False, 300)
+    assert refused.reason == "the analyzer answered 503"
+    assert other.admitted and reopened.admitted

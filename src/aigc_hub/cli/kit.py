@@ -11,6 +11,7 @@ when a pipeline's CLI truly needs it, and keep each name's home module the owner
 
 from __future__ import annotations
 
+from aigc_hub.cli.api_calls import DEFAULT_API_URL, ApiKey, ApiUrl, call_api, show_json
 from aigc_hub.cli.common import CommandError, ExitCode, console, fail, new_app
 from aigc_hub.cli.database import DatabaseUrl
 from aigc_hub.cli.database import run as run_on_database
@@ -18,6 +19,9 @@ from aigc_hub.client import HubAPIError, HubClient, WaitTimeout
 from aigc_hub.client._models import GenerationTask
 
 __all__ = [
+    "DEFAULT_API_URL",
+    "ApiKey",
+    "ApiUrl",
     "CommandError",
     "DatabaseUrl",
     "ExitCode",
@@ -25,8 +29,10 @@ __all__ = [
     "HubAPIError",
     "HubClient",
     "WaitTimeout",
+    "call_api",
     "console",
     "fail",
     "new_app",
     "run_on_database",
+    "show_json",
 ]

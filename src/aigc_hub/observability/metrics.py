@@ -127,6 +127,12 @@ STREAM_RECORDS = Counter(
     "Records handed to a stream group's handler; a batch handed again counts again.",
     ["group"],
 )
+BATCH_SIZE = Histogram(
+    "aigc_hub_handler_batch_size",
+    "Records per call of a batch consumer group's handler (retries alone not counted).",
+    ["group"],
+    buckets=(1, 2, 4, 8, 16, 32, 50, 64, 100, 128, 256),
+)
 STREAM_BATCHES = Counter(
     "aigc_hub_stream_batches",
     "Batches of records handed to a stream group's handler (empty ticks not counted).",
@@ -198,6 +204,7 @@ ALL: tuple[MetricWrapperBase, ...] = (
     COMMIT_BATCH,
     GROUPED_CALLS,
     STREAM_RECORDS,
+    BATCH_SIZE,
     STREAM_BATCHES,
     STREAM_BATCH_SECONDS,
     STREAM_FAILURES,

@@ -2,8 +2,9 @@
 
 Back-pressure goes upstream (seed 004 §3.9.4): instead of queueing work it cannot serve, the
 API answers 429/503 with ``Retry-After`` for that pipeline while the lag monitor says one of
-its (group, topic) pairs is over its threshold. The retry-after estimate is the lag over the
-threshold divided by the observed drain rate, clamped to [1, 300] seconds.
+its (group, topic) pairs is over its threshold, or while one of the pipeline's own checks
+refuses (an AI service it depends on answered "overloaded"). The retry-after estimate is
+the lag over the threshold divided by the observed drain rate, clamped to [1, 300] seconds.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from aigc_hub.observability import metrics
+from aigc_hub.pipeline import AdmissionCheck
 from aigc_hub.reliability.lag import LagMonitor
 
 MIN_RETRY_S = 1
@@ -35,9 +37,20 @@ class AdmissionGate:
 
     def __init__(self, monitor: LagMonitor) -> None:
         self.monitor = monitor
+        self._checks: dict[str, list[AdmissionCheck]] = {}
+
+    def add_check(self, pipeline: str, check: AdmissionCheck) -> None:
+        """Ask ``check`` too before admitting work for ``pipeline`` (its own overload)."""
+        self._checks.setdefault(pipeline, []).append(check)
 
     def admit(self, pipeline: str) -> Admission:
-        """Admit, or a retry-after for the pipeline's worst breach."""
+        """Admit, or a retry-after for the pipeline's own refusal or its worst breach."""
+        for check in self._checks.get(pipeline, ()):
+            refused = check()
+            if refused is not None:
+                metrics.ADMISSION_OPEN.labels(pipeline).set(0)
+                wait, reason = refused
+                return Admission(False, max(MIN_RETRY_S, min(MAX_RETRY_S, wait)), reason)
         if not self.monitor.broker_reachable:
             metrics.ADMISSION_OPEN.labels(pipeline).set(0)
             return Admission(

@@ -213,11 +213,19 @@ class DeadLetterStore:
         return int(row[0])
 
     async def list(
-        self, flt: DeadLetterFilter | None = None, *, limit: int = 50, after_id: int | None = None
+        self,
+        flt: DeadLetterFilter | None = None,
+        *,
+        limit: int = 50,
+        after_id: int | None = None,
+        offset: int = 0,
     ) -> list[DeadLetter]:
-        """Dead letters matching ``flt``, newest first; pass the last id as ``after_id`` to page."""
+        """Dead letters matching ``flt``, newest first; pass the last id as ``after_id`` to page
+        (or skip ``offset`` of them, for APIs that page by number)."""
         flt = flt or DeadLetterFilter()
         stmt = sa.select(D).where(*flt.where()).order_by(D.c.id.desc()).limit(limit)
+        if offset:
+            stmt = stmt.offset(offset)
         if after_id is not None:
             stmt = stmt.where(D.c.id < after_id)
         async with self.engine.connect() as conn:

@@ -40,7 +40,8 @@ DEFAULT_THRESHOLDS: Mapping[str, Threshold] = {
     "topic.playback.event": Threshold(max_lag=50_000),
     "documents-uploaded": Threshold(max_lag=5_000),
     "embeddings-generated": Threshold(max_lag=5_000),
-    "ai-analysis-requests": Threshold(max_lag=5_000),
+    # Seed 003 §7: backpressure on above 10,000 (off below half).
+    "ai-analysis-requests": Threshold(max_lag=10_000),
     "ai-analysis-completed": Threshold(max_lag=5_000),
 }
 

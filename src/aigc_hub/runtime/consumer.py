@@ -6,6 +6,10 @@ records strictly in order, a bounded pool of worker tasks serves the lanes (see
 partition's offset is committed only up to the highest contiguous finished record, so a
 crash redelivers exactly what was not finished (the inbox absorbs what was). A key with a
 parked record holds its later records behind it; other keys are never held up.
+
+A batch group (``spec.batching``) runs each record in a lane of its own and hands them to
+its handler through a :class:`~aigc_hub.runtime.batching.Batcher`: up to ``concurrency``
+batch calls at once, per-key order not kept.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from aigc_hub.pipeline import HandlerSpec
 from aigc_hub.reliability import inbox
 from aigc_hub.reliability.dlq import DeadLetterStore
 from aigc_hub.reliability.redelivery import Parked, ParkRequest, RedeliveryStore
+from aigc_hub.runtime.batching import Batcher
 from aigc_hub.runtime.committer import Always, CommitStatus, Committer, Outcome
 from aigc_hub.runtime.context import HandlerContext
 from aigc_hub.runtime.failures import FailureRouter
@@ -119,6 +124,12 @@ class ConsumerGroupRuntime:
             name=f"{self.group}-lane",
         )
         self._slots = asyncio.Semaphore(self.concurrency)
+        # A batch group's records meet in the batcher, whose calls take the slots instead.
+        self._batcher = (
+            None
+            if spec.batching is None
+            else Batcher(spec.batching, concurrency=self.concurrency, group=self.group)
+        )
         self._room = asyncio.Event()
         self._room.set()
         self._progress = asyncio.Event()
@@ -141,6 +152,7 @@ class ConsumerGroupRuntime:
             deps.delayed,
             on_parked=self._mark_parked,
             on_released=self._mark_released,
+            on_dead_letter=spec.on_dead_letter,
         )
         # Built once per group; a layer that would do nothing for it is left out, not skipped
         # per event.
@@ -179,6 +191,8 @@ class ConsumerGroupRuntime:
                 await self._finish_lanes(shutdown_deadline)
         finally:
             crashed = self._crash is not None
+            if self._batcher is not None:
+                await self._batcher.close()
             tasks = [*helpers, *self.lanes.tasks()]
             for task in tasks:
                 task.cancel()
@@ -254,10 +268,15 @@ class ConsumerGroupRuntime:
             self._enqueue(item)
 
     def _lane_key(self, item: _Item) -> str:
-        if item.envelope is not None:
-            return item.envelope.key
         rec = item.record
-        return rec.key if rec.key is not None else f"\x00{rec.topic}/{rec.partition}/{rec.offset}"
+        if self._batcher is None:  # one lane per key: its records in order
+            if item.envelope is not None:
+                return item.envelope.key
+            if rec.key is not None:
+                return rec.key
+        # A lane of its own: a batch group's records run side by side (a batch gathers
+        # across keys), and an undecodable record without a key waits behind nothing.
+        return f"\x00{rec.topic}/{rec.partition}/{rec.offset}"
 
     def _enqueue(self, item: _Item) -> None:
         self.lanes.put(self._lane_key(item), item)
@@ -318,8 +337,11 @@ class ConsumerGroupRuntime:
         ctx.writes.clear()
         # The slot bounds handler work only; waiting for the group commit holds no slot,
         # so many keys' finished events can share one commit.
-        async with self._slots:
-            emitted = await self.spec.handler(envelope, ctx)
+        if self._batcher is not None:
+            emitted = await self._batcher.handle(envelope, ctx)
+        else:
+            async with self._slots:
+                emitted = await self.spec.handler(envelope, ctx)
         head = ctx.redelivery
         always = () if head is None else (self._head_finisher(head),)
         changed = bool(ctx.writes) or bool(emitted) or ctx.checkpoints > 0

@@ -19,6 +19,7 @@ from aigc_hub.core.errors import PermanentError, Retry
 from aigc_hub.core.outcomes import HandlingOutcome
 from aigc_hub.core.retry import RetryDecision, RetryPolicy
 from aigc_hub.observability import metrics
+from aigc_hub.pipeline import DeadLetterHook
 from aigc_hub.reliability.dlq import DeadLetterDraft, DeadLetterStore
 from aigc_hub.reliability.redelivery import ParkRequest, RedeliveryStore
 from aigc_hub.runtime.context import HandlerContext
@@ -42,6 +43,7 @@ class FailureRouter:
         *,
         on_parked: Callable[[str], None],
         on_released: Callable[[str], None],
+        on_dead_letter: DeadLetterHook | None = None,
     ) -> None:
         self.engine = engine
         self.dlq = dlq
@@ -50,6 +52,7 @@ class FailureRouter:
         self.delayed = delayed
         self.on_parked = on_parked
         self.on_released = on_released
+        self.on_dead_letter = on_dead_letter
 
     async def give_up(
         self, ctx: HandlerContext, envelope: Envelope | None, error: BaseException
@@ -139,6 +142,8 @@ class FailureRouter:
                 if still_parked is None:
                     return STALE  # another run settled this head: no second dead letter
             await self.dlq.add(conn, draft)
+            if self.on_dead_letter is not None and envelope is not None:
+                await self.on_dead_letter(conn, envelope, error)
         metrics.DEAD_LETTERS.labels(ctx.consumer, record.topic, type(error).__name__).inc()
         log.warning(
             "dead-lettered %s/%s@%s for %s after %d attempts: %s",

@@ -24,7 +24,7 @@ from aigc_hub.interfaces.http.auth import AdminPrincipal, admin_principal, hub_o
 from aigc_hub.interfaces.http.idempotency import AdminIdempotency, IdempotentRoute
 from aigc_hub.interfaces.http.key_cache import key_cache_of
 from aigc_hub.interfaces.http.problems import MEDIA_TYPE, Problem
-from aigc_hub.reliability import audit
+from aigc_hub.reliability import audit, dlq_triage
 from aigc_hub.reliability.dlq import (
     DeadLetter,
     DeadLetterFilter,
@@ -86,8 +86,8 @@ router = APIRouter(
 
 
 def actor_of(who: Principal) -> str:
-    """The audit actor of an admin principal."""
-    return f"admin:{who.key_id}"
+    """The audit actor of an admin principal (:func:`aigc_hub.tenancy.admin_actor`)."""
+    return tenancy.admin_actor(who)
 
 
 def replay_jobs(request: Request) -> ReplayJobs:
@@ -109,8 +109,20 @@ JobsDep = Annotated[ReplayJobs, Depends(replay_jobs)]
 Status = Literal["pending", "replayed", "dismissed", "any"]
 
 
+class TriageOut(BaseModel):
+    """Whether a retry is worth it (seed 003 FAQ Q6; :mod:`aigc_hub.reliability.dlq_triage`)."""
+
+    kind: dlq_triage.TriageKind
+    retry_worthy: bool
+    why: str
+
+    @classmethod
+    def of(cls, verdict: dlq_triage.Triage) -> TriageOut:
+        return cls(kind=verdict.kind, retry_worthy=verdict.retry_worthy, why=verdict.why)
+
+
 class DeadLetterItem(BaseModel):
-    """A dead letter without its bytes."""
+    """A dead letter without its bytes, with its triage."""
 
     id: int
     event_id: str | None
@@ -130,12 +142,13 @@ class DeadLetterItem(BaseModel):
     status: DeadLetterStatus
     created_at: int = Field(description="epoch ms")
     resolved_at: int | None = Field(description="epoch ms")
+    triage: TriageOut
 
     @classmethod
-    def of(cls, letter: DeadLetter) -> DeadLetterItem:
-        return cls(
-            **{name: getattr(letter, name) for name in cls.model_fields},
-        )
+    def of(cls, letter: DeadLetter, known: dlq_triage.KnownClasses | None = None) -> DeadLetterItem:
+        """The item; pass one ``dlq_triage.known_classes()`` when making many."""
+        fields = {name: getattr(letter, name) for name in cls.model_fields if name != "triage"}
+        return cls(**fields, triage=TriageOut.of(dlq_triage.triage(letter, known)))
 
 
 class DeadLetterDetail(DeadLetterItem):
@@ -147,8 +160,10 @@ class DeadLetterDetail(DeadLetterItem):
     history: list[dict[str, Any]]
 
     @classmethod
-    def of(cls, letter: DeadLetter) -> DeadLetterDetail:
-        base = DeadLetterItem.of(letter).model_dump()
+    def of(
+        cls, letter: DeadLetter, known: dlq_triage.KnownClasses | None = None
+    ) -> DeadLetterDetail:
+        base = DeadLetterItem.of(letter, known).model_dump()
         env = letter.envelope()
         parsed: dict[str, Any] | None = None
         if env is not None:
@@ -264,8 +279,9 @@ async def list_dead_letters(
     found = await hub.dlq.list(flt, limit=limit + 1, after_id=int(cursor) if cursor else None)
     items = found[:limit]
     more = len(found) > limit
+    known = dlq_triage.known_classes()
     return DeadLetterPage(
-        items=[DeadLetterItem.of(x) for x in items],
+        items=[DeadLetterItem.of(x, known) for x in items],
         next_cursor=str(items[-1].id) if more else None,
     )
 

@@ -16,7 +16,7 @@ from fastapi import APIRouter, FastAPI
 from aigc_hub.bootstrap import Hub
 from aigc_hub.interfaces import console
 from aigc_hub.interfaces.console.sessions import Sessions
-from aigc_hub.interfaces.http import admin, blobs, events, health, problems
+from aigc_hub.interfaces.http import admin, blobs, events, health, problems, schema_registry
 from aigc_hub.interfaces.http.key_cache import DEFAULT_TTL_S, KeyCache
 from aigc_hub.interfaces.http.limits import BodyLimits, Limits
 
@@ -58,15 +58,21 @@ def create_app(
     if served and isinstance(hub.blobs, blobs.HubServedBlobs):
         app.include_router(blobs.router(hub.blobs))
     exempt = (blobs.PREFIX + "/",) if served else ()
-    app.add_middleware(BodyLimits, limits=limits, exempt=exempt)
+    larger = tuple(
+        (API_PREFIX + prefix, limit(hub)) for p in hub.pipelines for prefix, limit in p.body_limits
+    )
+    app.add_middleware(BodyLimits, limits=limits, exempt=exempt, larger=larger)
     app.include_router(health.router)
     app.include_router(admin.router, prefix="/admin")
     app.include_router(events.router, prefix=API_PREFIX)
+    app.include_router(schema_registry.router, prefix=schema_registry.PREFIX)
     app.include_router(console.router(), prefix=console.PREFIX, include_in_schema=False)
     app.mount(console.STATIC_PATH, console.static_files(), name="console-static")
     for pipeline in hub.pipelines:
         for router in pipeline.routers:
             app.include_router(router, prefix=API_PREFIX)
+        for router in pipeline.root_routers:
+            app.include_router(router)
     for router in routers or []:
         app.include_router(router, prefix=API_PREFIX)
     return app

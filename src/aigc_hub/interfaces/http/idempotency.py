@@ -292,9 +292,36 @@ async def _ref(request: Request, scope: str) -> rows.KeyRef:
     if not request.scope.get(_ROUTE):
         raise RuntimeError("the Idempotency dependency needs route_class=IdempotentRoute")
     key = parse_key(request.headers.get(HEADER))
-    body = await request.body()
+    if _is_form(request):
+        body = await form_digest(request)
+    else:
+        body = await request.body()
     printed = fingerprint(request.method, request.url.path, request.url.query, body)
     return rows.KeyRef(scope, key, printed)
+
+
+def _is_form(request: Request) -> bool:
+    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    return media in ("multipart/form-data", "application/x-www-form-urlencoded")
+
+
+async def form_digest(request: Request) -> bytes:
+    """What a form request's fingerprint covers: its fields and files' names, types and
+    SHA-256, sorted. Not the raw body: the route has parsed it already (the stream is
+    consumed), and a client retrying a multipart upload picks a new boundary each time."""
+    form = await request.form()  # parsed once, cached on the request
+    parts: list[list[str]] = []
+    for name, value in form.multi_items():
+        if isinstance(value, str):
+            parts.append([name, value])
+            continue
+        await value.seek(0)
+        digest = hashlib.sha256()
+        while chunk := await value.read(1 << 20):
+            digest.update(chunk)
+        await value.seek(0)
+        parts.append([name, value.filename or "", value.content_type or "", digest.hexdigest()])
+    return json.dumps(sorted(parts), ensure_ascii=False).encode()
 
 
 async def _claim(request: Request, scope: str) -> IdempotencyClaim:

@@ -123,17 +123,31 @@ def _is_json(scope: Scope) -> bool:
 class BodyLimits:
     """ASGI middleware enforcing :class:`Limits` body size and JSON depth on HTTP requests."""
 
-    def __init__(self, app: ASGIApp, limits: Limits, exempt: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        limits: Limits,
+        exempt: tuple[str, ...] = (),
+        larger: tuple[tuple[str, int], ...] = (),
+    ) -> None:
         self.app = app
         self.limits = limits
         #: Path prefixes whose routes bound their own (streamed) bodies: blob uploads.
         self.exempt = exempt
+        #: (path prefix, limit) of routes taking bodies past the API's limit (uploads).
+        self.larger = larger
+
+    def _limit_of(self, path: str) -> int:
+        for prefix, limit in self.larger:
+            if path.startswith(prefix):
+                return limit
+        return self.limits.max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (self.exempt and scope["path"].startswith(self.exempt)):
             await self.app(scope, receive, send)
             return
-        limit = self.limits.max_body_bytes
+        limit = self._limit_of(scope["path"])
         for name, value in scope.get("headers", ()):
             if name == b"content-length" and value.isdigit() and int(value) > limit:
                 await self._refuse(scope, receive, send, too_large(limit))

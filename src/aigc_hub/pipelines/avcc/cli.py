@@ -21,62 +21,15 @@ import httpx
 import typer
 
 from aigc_hub.cli import kit
+from aigc_hub.cli.kit import ApiKey as ApiKey
+from aigc_hub.cli.kit import ApiUrl as ApiUrl
 
 app = kit.new_app("avcc", "Content codes: apply, get, codes, review, verify (offline), settlement.")
 review_app = kit.new_app("review", "The human review queue (admin key): list, claim, decide.")
 app.add_typer(review_app, name="review")
 
-DEFAULT_URL = "http://127.0.0.1:8000"
-ApiUrl = Annotated[
-    str, typer.Option("--url", envvar="AIGC_HUB_API_URL", help="Base URL of the hub's HTTP API.")
-]
-ApiKey = Annotated[
-    str,
-    typer.Option(
-        "--api-key",
-        envvar="AIGC_HUB_API_KEY",
-        show_default=False,
-        help="A tenant's API key (an admin key for `review`).",
-    ),
-]
-_EXIT = {
-    401: kit.ExitCode.USAGE,
-    403: kit.ExitCode.USAGE,
-    404: kit.ExitCode.NOT_FOUND,
-    409: kit.ExitCode.CONFLICT,
-    413: kit.ExitCode.USAGE,
-    422: kit.ExitCode.USAGE,
-    429: kit.ExitCode.UNAVAILABLE,
-    503: kit.ExitCode.UNAVAILABLE,
-}
-
-
-def _call(
-    method: str, url: str, path: str, key: str | None = None, **options: Any
-) -> dict[str, Any]:
-    """One API call; an error answer becomes one CLI line with its exit code."""
-    headers = dict(options.pop("headers", {}))
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    try:
-        answer = httpx.request(method, url.rstrip("/") + "/v1" + path, headers=headers, **options)
-    except httpx.HTTPError as exc:
-        kit.fail(f"cannot reach the hub at {url} ({exc}); is it running?", kit.ExitCode.UNAVAILABLE)
-    if answer.status_code >= 400:
-        try:
-            problem = answer.json()
-            detail = problem.get("detail") or problem.get("title")
-            fields = "; ".join(f"{e['field']}: {e['message']}" for e in problem.get("errors", []))
-        except ValueError:
-            detail, fields = answer.text[:200], ""
-        kit.fail(
-            f"{answer.status_code}: {detail}{' (' + fields + ')' if fields else ''}",
-            _EXIT.get(answer.status_code, kit.ExitCode.FAILURE),
-        )
-    if not answer.content:  # 204: done, nothing to show
-        return {}
-    result: dict[str, Any] = answer.json()
-    return result
+DEFAULT_URL: str = kit.DEFAULT_API_URL
+_call = kit.call_api
 
 
 def _put(api_url: str, upload: dict[str, Any], data: bytes) -> None:
@@ -91,8 +44,7 @@ def _put(api_url: str, upload: dict[str, Any], data: bytes) -> None:
         kit.fail(f"the store refused the upload: {answer.status_code} {answer.text[:200]}")
 
 
-def _show(value: object) -> None:
-    kit.console().print_json(json.dumps(value))
+_show = kit.show_json
 
 
 @app.command()

@@ -136,6 +136,11 @@ class VectorStore(Protocol):
         """How many vectors the namespace holds, narrowed by the filters given."""
         ...
 
+    async def items_of(self, namespace: str, tenant_id: str, document_id: str) -> list[VectorItem]:
+        """The document's stored chunks with their vectors, in chunk order (for an analysis
+        that compares them with its own vectors, without embedding them again)."""
+        ...
+
     async def chunk_ids(self, namespace: str, tenant_id: str, document_id: str) -> set[str]:
         """The ids of the document's chunks stored in the namespace."""
         ...

@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 
+import numpy as np
+
 from aigc_hub.core.errors import ConfigurationError
 
 from . import checks, sql
@@ -188,6 +190,19 @@ class PgVectorStore:
             found = await (await conn.execute(query, parameters)).fetchone()
         assert found is not None  # count(*) answers one row
         return int(found[0])
+
+    async def items_of(self, namespace: str, tenant_id: str, document_id: str) -> list[VectorItem]:
+        """The document's stored chunks with their vectors, in chunk order."""
+        async with self._connection() as conn:
+            cur = await conn.execute(sql.PG_ITEMS_OF, (namespace, tenant_id, document_id))
+            rows = await cur.fetchall()
+        return [
+            VectorItem(
+                str(chunk_id), document_id, tenant_id, str(kb), int(ordinal), int(start),
+                int(end), str(text), np.asarray(embedding, dtype=np.float32),
+            )
+            for chunk_id, kb, ordinal, start, end, text, embedding in rows
+        ]  # fmt: skip
 
     async def chunk_ids(self, namespace: str, tenant_id: str, document_id: str) -> set[str]:
         """The ids of the document's chunks stored in the namespace."""

@@ -83,6 +83,9 @@ WHERE namespace = ? AND tenant_id = ? AND kb_id = ? AND id > ? ORDER BY id"""
 SQLITE_CHUNK_IDS = (
     "SELECT chunk_id FROM vector_chunks WHERE namespace = ? AND tenant_id = ? AND document_id = ?"
 )
+SQLITE_ITEMS_OF = """SELECT chunk_id, kb_id, ordinal, start_offset, end_offset, text, embedding
+    FROM vector_chunks WHERE namespace = ? AND tenant_id = ? AND document_id = ?
+    ORDER BY ordinal"""
 SQLITE_DOCUMENT_WHERE = "tenant_id = ? AND document_id = ?"
 SQLITE_KB_WHERE = "namespace = ? AND tenant_id = ? AND kb_id = ?"
 
@@ -211,6 +214,9 @@ PG_SEARCH_SETTINGS_ITERATIVE = """SELECT set_config('hnsw.ef_search', %s, true),
     set_config('hnsw.iterative_scan', 'relaxed_order', true)"""
 PG_DELETE_DOCUMENT = "DELETE FROM vector_chunks WHERE tenant_id = %s AND document_id = %s"
 PG_DELETE_KB = "DELETE FROM vector_chunks WHERE namespace = %s AND tenant_id = %s AND kb_id = %s"
+PG_ITEMS_OF = """SELECT chunk_id, kb_id, ordinal, start_offset, end_offset, text, embedding
+    FROM vector_chunks WHERE namespace = %s AND tenant_id = %s AND document_id = %s
+    ORDER BY ordinal"""
 PG_CHUNK_IDS = """SELECT chunk_id FROM vector_chunks
     WHERE namespace = %s AND tenant_id = %s AND document_id = %s"""
 
