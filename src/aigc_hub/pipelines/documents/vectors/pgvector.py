@@ -37,6 +37,7 @@ from .base import (
 )
 
 try:
+    import pgvector
     import psycopg
     import psycopg_pool
     from pgvector.psycopg import register_vector_async
@@ -199,7 +200,7 @@ class PgVectorStore:
         return [
             VectorItem(
                 str(chunk_id), document_id, tenant_id, str(kb), int(ordinal), int(start),
-                int(end), str(text), np.asarray(embedding, dtype=np.float32),
+                int(end), str(text), _array(embedding),
             )
             for chunk_id, kb, ordinal, start, end, text, embedding in rows
         ]  # fmt: skip
@@ -282,6 +283,13 @@ async def _bind(cur: psycopg.AsyncCursor[TupleRow], namespace: str, dimension: i
         if exists is None or not exists[0]:
             await cur.execute(sql.pg_hnsw_index(dimension))
     return bound
+
+
+def _array(embedding: object) -> Vector:
+    """A ``vector`` column as pgvector's loader gives it, as a float32 array."""
+    assert isinstance(embedding, pgvector.Vector), type(embedding)
+    array: Vector = np.asarray(embedding.to_numpy(), dtype=np.float32)
+    return array
 
 
 def _version(text: str) -> tuple[int, ...]:

@@ -23,7 +23,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, ParamSpec, TypeVar
+from typing import NamedTuple, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -136,14 +136,7 @@ class SQLiteVectorStore:
 
     async def items_of(self, namespace: str, tenant_id: str, document_id: str) -> list[VectorItem]:
         """The document's stored chunks with their vectors, in chunk order."""
-        rows = await self._call(self._items_of, (namespace, tenant_id, document_id))
-        return [
-            VectorItem(
-                chunk_id, document_id, tenant_id, kb, ordinal, start, end, text,
-                np.frombuffer(blob, dtype=np.float32),
-            )
-            for chunk_id, kb, ordinal, start, end, text, blob in rows
-        ]  # fmt: skip
+        return await self._call(self._items_of, namespace, tenant_id, document_id)
 
     async def chunk_ids(self, namespace: str, tenant_id: str, document_id: str) -> set[str]:
         """The ids of the document's chunks stored in the namespace."""
@@ -275,8 +268,15 @@ class SQLiteVectorStore:
     def _count(self, query: str, parameters: list[str]) -> int:
         return int(self._connection().execute(query, parameters).fetchone()[0])
 
-    def _items_of(self, parameters: tuple[str, str, str]) -> list[tuple[Any, ...]]:
-        return list(self._connection().execute(sql.SQLITE_ITEMS_OF, parameters))
+    def _items_of(self, namespace: str, tenant_id: str, document_id: str) -> list[VectorItem]:
+        rows = self._connection().execute(sql.SQLITE_ITEMS_OF, (namespace, tenant_id, document_id))
+        return [
+            VectorItem(
+                str(r[0]), document_id, tenant_id, str(r[1]), int(r[2]), int(r[3]), int(r[4]),
+                str(r[5]), np.frombuffer(r[6], dtype=np.float32),
+            )
+            for r in rows
+        ]  # fmt: skip
 
     def _chunk_ids(self, parameters: tuple[str, str, str]) -> set[str]:
         rows = self._connection().execute(sql.SQLITE_CHUNK_IDS, parameters)
