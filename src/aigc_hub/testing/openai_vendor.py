@@ -6,15 +6,16 @@ vendor's refusals and overloads.
 
 - ``POST /v1/embeddings``: deterministic vectors of the configured dimension, by feature
   hashing of the lower-cased words and word bigrams of each text, normalised
-  (:func:`hashed_embedding`). Texts that share words are near, so search tests behave.
+  (:func:`~aigc_hub.testing.openai_wire.hashed_embedding`). Texts that share words are
+  near, so search tests behave.
 - ``POST /v1/chat/completions``: answers a fixed JSON object, a fixed text, or what a
   callable makes of the messages; ``response_format`` ``json_object`` / ``json_schema``
   is honoured (the answer must be a JSON object, and, as OpenAI does for ``json_object``,
   the messages must mention JSON).
 
-Like the real service it checks the bearer key (401), refuses more than 2,048 inputs, an
-empty input and a text over 8,192 tokens (estimated: the larger of its word and
-punctuation count and a quarter of its UTF-8 bytes), with OpenAI's error body, 400.
+Like the real service it checks the bearer key (401) and refuses, with OpenAI's error body,
+400, what OpenAI refuses: more than 2,048 inputs, an empty input, a text over 8,192 tokens
+(:mod:`aigc_hub.testing.openai_wire` has the checks, the vectors and the bodies).
 
 Faults, for tests: :meth:`OpenAIVendor.fail_next` answers the next requests with a status
 (and a ``Retry-After``, or a body of the test's choosing: a malformed 200),
@@ -30,64 +31,26 @@ These come before the key check: they stand for the vendor's gateway.
 from __future__ import annotations
 
 import asyncio
-import base64
 import collections
 import contextlib
-import hashlib
-import itertools
 import json
-import math
-import re
 import secrets
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Final
 
-import numpy as np
-import numpy.typing as npt
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-HOST: Final = "127.0.0.1"
-MAX_INPUTS: Final = 2048
-MAX_INPUT_TOKENS: Final = 8192
-_WORD: Final = re.compile(r"\w+")
-_TOKENISH: Final = re.compile(r"\w+|[^\w\s]")
+from aigc_hub.testing import openai_wire as wire
+from aigc_hub.testing.openai_wire import Messages
+
+HOST = "127.0.0.1"
 
 #: A chat answer: a JSON object, a text, or a function of the request's messages.
-Messages = list[dict[str, object]]
 ChatAnswer = Mapping[str, object] | str | Callable[[Messages], Mapping[str, object] | str]
-
-
-def hashed_embedding(text: str, dimensions: int) -> npt.NDArray[np.float32]:
-    """The stand-in's vector for ``text``: each lower-cased word and word bigram adds ±1
-    at a hashed position; unit length. A text without words hashes as one feature."""
-    words = _WORD.findall(text.lower())
-    features = words + [f"{a} {b}" for a, b in itertools.pairwise(words)] or [text]
-    vector = np.zeros(dimensions, dtype=np.float64)
-    for feature in features:
-        digest = int.from_bytes(hashlib.blake2b(feature.encode(), digest_size=8).digest())
-        vector[digest % dimensions] += 1.0 if digest >> 63 else -1.0
-    norm = float(np.linalg.norm(vector))
-    if norm == 0.0:  # features that cancelled out: any fixed unit vector will do
-        vector[0], norm = 1.0, 1.0
-    return (vector / norm).astype(np.float32)
-
-
-def estimated_tokens(text: str) -> int:
-    """Tokens-ish: a tokenizer-free estimate that does not undercount Chinese."""
-    return max(len(_TOKENISH.findall(text)), math.ceil(len(text.encode()) / 4))
-
-
-@dataclass(frozen=True)
-class _Fault:
-    status: int
-    retry_after_s: float | None
-    body: bytes | None
 
 
 class OpenAIVendor:
@@ -117,8 +80,8 @@ class OpenAIVendor:
         self.batches: list[int] = []
         #: The messages of each chat request that passed the checks.
         self.conversations: list[Messages] = []
-        self._faults: collections.deque[_Fault] = collections.deque()
-        self._fault_until: tuple[float, _Fault] | None = None
+        self._faults: collections.deque[wire.Fault] = collections.deque()
+        self._fault_until: tuple[float, wire.Fault] | None = None
         self._to_hold = 0
         self._released = asyncio.Event()
         self.app = Starlette(
@@ -137,14 +100,13 @@ class OpenAIVendor:
         body: bytes | Mapping[str, object] | None = None,
     ) -> None:
         """Answer the next ``n`` requests with ``status``: OpenAI's error body, or ``body``."""
-        raw = json.dumps(body).encode() if isinstance(body, Mapping) else body
-        self._faults.extend(_Fault(status, retry_after_s, raw) for _ in range(n))
+        self._faults.extend(wire.Fault.of(status, retry_after_s, body) for _ in range(n))
 
     def fail_until(
         self, monotonic_deadline: float, status: int, retry_after_s: float | None = None
     ) -> None:
         """Answer every request with ``status`` until the vendor's clock reaches the deadline."""
-        self._fault_until = (monotonic_deadline, _Fault(status, retry_after_s, None))
+        self._fault_until = (monotonic_deadline, wire.Fault(status, retry_after_s))
 
     def hold_next(self, n: int) -> None:
         """Keep the next ``n`` requests unanswered until :meth:`release` (or the server stops)."""
@@ -167,116 +129,57 @@ class OpenAIVendor:
             deadline, lasting = self._fault_until
             fault = lasting if self.clock() < deadline else None
         if fault is not None:
-            return _fault_response(fault)
+            return fault.response()
         given = request.headers.get("authorization", "")
         if not secrets.compare_digest(given.encode(), f"Bearer {self.api_key}".encode()):
-            return _error(401, "Incorrect API key provided.", code="invalid_api_key")
+            return wire.error(401, "Incorrect API key provided.", code="invalid_api_key")
         return None
 
     async def _embeddings(self, request: Request) -> Response:
-        stop = await self._gate(request)
-        if stop is not None:
-            return stop
-        body = await _json_object(request)
+        body = await self._admitted(request)
         if isinstance(body, Response):
             return body
-        texts = body.get("input")
-        if isinstance(texts, str):
-            texts = [texts]
-        if not isinstance(body.get("model"), str):
-            return _error(400, "you must provide a model parameter", param="model")
-        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
-            return _error(400, "'$.input' is invalid: a string or a list of strings", "input")
-        if len(texts) > MAX_INPUTS:
-            return _error(400, f"'$.input' must have at most {MAX_INPUTS} items", "input")
-        for text in texts:
-            tokens = estimated_tokens(text)
-            if not text:
-                return _error(400, "'$.input' is invalid: an input is empty", "input")
-            if tokens > MAX_INPUT_TOKENS:
-                return _error(
-                    400,
-                    f"This model's maximum context length is {MAX_INPUT_TOKENS} tokens, "
-                    f"however you requested {tokens} tokens. Please reduce your prompt.",
-                    "input",
-                )
-        encoding = body.get("encoding_format", "float")
-        if encoding not in ("float", "base64"):
-            return _error(400, "'$.encoding_format' must be 'float' or 'base64'", "encoding_format")
+        checked = wire.check_embeddings(body)
+        if isinstance(checked, Response):
+            return checked
+        texts, encoding = checked
         self.batches.append(len(texts))
-        data = [
-            {
-                "object": "embedding",
-                "index": i,
-                "embedding": _encoded(text, self.dimensions, encoding),
-            }
-            for i, text in enumerate(texts)
-        ]
-        if self.reverse_order:
-            data.reverse()
-        used = sum(estimated_tokens(t) for t in texts)
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": data,
-                "model": body["model"],
-                "usage": {"prompt_tokens": used, "total_tokens": used},
-            }
+        model = str(body["model"])
+        answer = wire.embeddings_body(
+            model, texts, self.dimensions, encoding, reverse=self.reverse_order
         )
+        return JSONResponse(answer)
 
     async def _chat(self, request: Request) -> Response:
-        stop = await self._gate(request)
-        if stop is not None:
-            return stop
-        body = await _json_object(request)
+        body = await self._admitted(request)
         if isinstance(body, Response):
             return body
-        messages = body.get("messages")
-        if not isinstance(body.get("model"), str):
-            return _error(400, "you must provide a model parameter", param="model")
-        if (
-            not isinstance(messages, list)
-            or not messages
-            or not all(_is_message(m) for m in messages)
-        ):
-            return _error(400, "'$.messages' must be a list of {role, content} objects", "messages")
-        wanted = body.get("response_format")
-        kind = wanted.get("type", "text") if isinstance(wanted, dict) else "text"
-        json_mode = kind in ("json_object", "json_schema")
-        if kind == "json_object" and "json" not in json.dumps(messages).lower():
-            return _error(
-                400,
-                "'messages' must contain the word 'json' in some form, to use "
-                "'response_format' of type 'json_object'.",
-                "messages",
-            )
+        checked = wire.check_chat(body)
+        if isinstance(checked, Response):
+            return checked
+        messages, json_mode = checked
         self.conversations.append(messages)
         answer = self.chat(messages) if callable(self.chat) else self.chat
         content = answer if isinstance(answer, str) else json.dumps(dict(answer))
-        if json_mode and not _is_json_object(content):
-            return _error(500, "the stand-in's answer is not a JSON object", kind="server_error")
-        prompt = sum(estimated_tokens(str(m.get("content", ""))) for m in messages)
-        completion = estimated_tokens(content)
-        return JSONResponse(
-            {
-                "id": f"chatcmpl-{len(self.conversations)}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": body["model"],
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": content},
-                        "finish_reason": "stop",
-                    }
-                ],
-                "usage": {
-                    "prompt_tokens": prompt,
-                    "completion_tokens": completion,
-                    "total_tokens": prompt + completion,
-                },
-            }
-        )
+        if json_mode and not wire.is_json_object(content):
+            return wire.error(
+                500, "the stand-in's answer is not a JSON object", kind="server_error"
+            )
+        number = len(self.conversations)
+        return JSONResponse(wire.chat_body(number, str(body["model"]), messages, content))
+
+    async def _admitted(self, request: Request) -> dict[str, object] | Response:
+        """The request's JSON object, or the answer that ends it: a fault, 401, or 400."""
+        stop = await self._gate(request)
+        if stop is not None:
+            return stop
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return wire.error(400, "We could not parse the JSON body of your request.")
+        return body
 
 
 @contextlib.asynccontextmanager
@@ -334,67 +237,3 @@ async def serve_vendor(
             await asyncio.wait_for(serving, 10)
         finally:
             sock.close()
-
-
-def _encoded(text: str, dimensions: int, encoding: object) -> list[float] | str:
-    vector = hashed_embedding(text, dimensions)
-    if encoding == "base64":
-        return base64.b64encode(vector.astype("<f4").tobytes()).decode()
-    return [float(x) for x in vector]
-
-
-def _is_message(message: object) -> bool:
-    return (
-        isinstance(message, dict)
-        and isinstance(message.get("role"), str)
-        and isinstance(message.get("content"), str | list)
-    )
-
-
-def _is_json_object(content: str) -> bool:
-    try:
-        return isinstance(json.loads(content), dict)
-    except ValueError:
-        return False
-
-
-async def _json_object(request: Request) -> dict[str, object] | Response:
-    try:
-        body = json.loads(await request.body())
-    except ValueError:
-        body = None
-    if not isinstance(body, dict):
-        return _error(400, "We could not parse the JSON body of your request.")
-    return body
-
-
-def _error(
-    status: int,
-    message: str,
-    param: str | None = None,
-    *,
-    kind: str = "invalid_request_error",
-    code: str | None = None,
-) -> JSONResponse:
-    """OpenAI's error body: ``{"error": {"message", "type", "param", "code"}}``."""
-    return JSONResponse(
-        {"error": {"message": message, "type": kind, "param": param, "code": code}},
-        status_code=status,
-    )
-
-
-def _fault_response(fault: _Fault) -> Response:
-    headers: dict[str, str] = {}
-    if fault.retry_after_s is not None:
-        # OpenAI sends both; the whole-second header is the standard one.
-        headers["retry-after"] = str(math.ceil(fault.retry_after_s))
-        headers["retry-after-ms"] = str(round(fault.retry_after_s * 1000))
-    if fault.body is not None:
-        return Response(fault.body, fault.status, headers, media_type="application/json")
-    kind = "rate_limit_exceeded" if fault.status == 429 else "server_error"
-    message = {
-        429: "Rate limit reached for requests. Please try again later.",
-        503: "The engine is currently overloaded, please try again later.",
-    }.get(fault.status, f"injected failure: HTTP {fault.status}")
-    body = {"error": {"message": message, "type": kind, "param": None, "code": None}}
-    return JSONResponse(body, fault.status, headers)

@@ -34,6 +34,9 @@ _LINES: Final = frozenset({
 _CELLS: Final = frozenset({"td", "th"})  # cells are tab-separated
 _SPACES: Final = re.compile(r"\s+")
 _BREAKS: Final = re.compile(r"[ \t]*\n[ \t\n]*")
+#: Labels the HTML standard reads as windows-1252, as browsers do: pages declaring latin-1
+#: hold its curly quotes and dashes (0x80-0x9F), which latin-1 makes control characters.
+_WHATWG_ALIASES: Final = {"iso8859-1": "cp1252", "ascii": "cp1252"}
 _META_CHARSET: Final = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
 
 
@@ -45,8 +48,12 @@ def decode_html(data: bytes) -> str:
         if declared:
             try:
                 encoding = codecs.lookup(declared.group(1).decode("ascii")).name
+                encoding = _WHATWG_ALIASES.get(encoding, encoding)
                 if not encoding.startswith("utf-16"):  # a meta can't declare it: it's ASCII
-                    return data.decode(encoding)
+                    text = data.decode(encoding)
+                    if formats.looks_binary(text):
+                        raise formats.not_text()
+                    return text
             except (LookupError, UnicodeDecodeError):
                 pass  # an unknown or wrong declaration: decode as any text file
     return formats.decode_text(data)

@@ -13,11 +13,14 @@ is inflated (Python's zipfile never inflates past a member's declared size, so a
 refused from its directory alone), and the text size as it accumulates.
 
 Synchronous and CPU-bound: callers run it in a worker thread. It keeps no state between
-calls, so several threads may parse at once.
+calls, so several threads may parse at once. Beside it, :mod:`.formats` tells what a file is
+(magic bytes, then name and type), decodes text and holds the refusals; :mod:`.markup`
+turns HTML into text.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import re
@@ -68,10 +71,11 @@ logging.getLogger("pypdf").setLevel(logging.CRITICAL)
 #: What pypdf raises for bytes it cannot make sense of. Besides its own errors, a damaged
 #: file can surface as the builtin errors of the code reading it (a bad number, a missing
 #: dictionary key, a short read, a stream that does not inflate, a cycle in the page tree, a
-#: filter name mangled into one pypdf does not implement).
+#: filter name mangled into one pypdf does not implement, a feature needing a library that
+#: is not installed).
 _PDF_DAMAGE: Final = (
     pypdf.errors.PyPdfError, ValueError, KeyError, IndexError, TypeError, AttributeError,
-    EOFError, zlib.error, RecursionError, NotImplementedError,
+    EOFError, zlib.error, RecursionError, NotImplementedError, pypdf.errors.DependencyError,
 )  # fmt: skip
 #: The same for python-docx: the package (zip), its relationships and its XML parts (lxml's
 #: XMLSyntaxError is a SyntaxError; an element of the wrong kind shows as AttributeError, a
@@ -158,13 +162,12 @@ def _read_pdf(data: bytes, limits: ParseLimits) -> tuple[str, int, str | None]:
         # A PDF ends with %%EOF (readers look for it in the last 1024 bytes). pypdf would
         # rebuild a truncated file from what is left and return part of its text as if whole.
         raise formats.corrupt("PDF")
-    try:
-        reader = pypdf.PdfReader(io.BytesIO(data))
-        # A PDF with an owner password only opens with the empty user password in every
-        # viewer (pypdf tries it itself): only one that asks for a password is refused.
-        if reader.is_encrypted and reader.decrypt("") == pypdf.PasswordType.NOT_DECRYPTED:
-            raise _encrypted()
+    with _pdf_errors():
+        reader = _open_pdf(data)
         count = len(reader.pages)
+        if count < _declared_pages(reader):
+            # pypdf skips page objects it cannot find in a damaged body; their text is lost.
+            raise formats.corrupt("PDF")
         if count > limits.max_pages:
             raise DocumentTooLarge(
                 "too_many_pages",
@@ -178,17 +181,6 @@ def _read_pdf(data: bytes, limits: ParseLimits) -> tuple[str, int, str | None]:
             total += len(texts[-1]) + 2
             _check_chars(total - 2, limits)  # before extracting more of a huge document
         title = _clean_title(reader.metadata.title if reader.metadata else None)
-    except DocumentRefused:
-        raise
-    except (pypdf.errors.FileNotDecryptedError, pypdf.errors.DependencyError) as exc:
-        # DependencyError: an AES-encrypted file and no AES library to try the empty password.
-        raise _encrypted() from exc
-    except pypdf.errors.LimitReachedError as exc:
-        raise DocumentTooLarge(
-            "too_large", "the PDF inflates past the reader's limits: split it into smaller files"
-        ) from exc
-    except _PDF_DAMAGE as exc:
-        raise formats.corrupt("PDF") from exc
     text = "\n\n".join(page for page in texts if page)
     if not text:
         raise UnparsableDocument(
@@ -199,10 +191,50 @@ def _read_pdf(data: bytes, limits: ParseLimits) -> tuple[str, int, str | None]:
     return text, count, title
 
 
+@contextlib.contextmanager
+def _pdf_errors() -> Iterator[None]:
+    try:
+        yield
+    except DocumentRefused:
+        raise
+    except pypdf.errors.FileNotDecryptedError as exc:
+        raise _encrypted() from exc
+    except pypdf.errors.LimitReachedError as exc:
+        raise DocumentTooLarge(
+            "too_large", "the PDF inflates past the reader's limits: split it into smaller files"
+        ) from exc
+    except _PDF_DAMAGE as exc:
+        raise formats.corrupt("PDF") from exc
+
+
+def _open_pdf(data: bytes) -> pypdf.PdfReader:
+    # A PDF with an owner password only opens with the empty user password in every viewer:
+    # it is read. One that asks for a password, or uses a security handler pypdf does not
+    # have (a certificate: NotImplementedError; AES without its library: DependencyError),
+    # is refused as encrypted rather than as damaged.
+    try:
+        reader = pypdf.PdfReader(io.BytesIO(data))
+        if reader.is_encrypted and reader.decrypt("") == pypdf.PasswordType.NOT_DECRYPTED:
+            raise _encrypted()
+    except (NotImplementedError, pypdf.errors.DependencyError) as exc:
+        if b"/Encrypt" in data:
+            raise _encrypted() from exc
+        raise
+    return reader
+
+
 def _encrypted() -> UnparsableDocument:
     return UnparsableDocument(
         "encrypted", "the PDF is password-protected: remove the password and upload it again"
     )
+
+
+def _declared_pages(reader: pypdf.PdfReader) -> int:
+    # The page tree's /Count. Producers get it wrong now and then, which is why pypdf counts
+    # the pages it finds; fewer found than declared is what damage looks like.
+    tree = reader.root_object.get("/Pages")
+    declared = tree.get_object().get("/Count") if tree is not None else None
+    return declared if isinstance(declared, int) else 0
 
 
 def _read_docx(data: bytes, limits: ParseLimits) -> tuple[str, str | None]:
@@ -222,15 +254,15 @@ def _read_docx(data: bytes, limits: ParseLimits) -> tuple[str, str | None]:
         blocks: list[str] = []
         total = 0
         for block in _docx_blocks(document.element.body):
-            blocks.append(block)
-            total += len(block) + 2
+            blocks.append(formats.normalize_text(block))
+            total += len(blocks[-1]) + 2
             _check_chars(total - 2, limits)
         title = _clean_title(document.core_properties.title) or _docx_title(document.element.body)
     except DocumentRefused:
         raise
     except _DOCX_DAMAGE as exc:
         raise formats.corrupt("DOCX") from exc
-    return "\n\n".join(block for block in blocks if block.strip()), title
+    return "\n\n".join(block for block in blocks if block), title
 
 
 def _docx_blocks(body: BaseOxmlElement) -> Iterator[str]:
@@ -263,6 +295,6 @@ def _markdown_title(text: str) -> str | None:
 
 
 def _clean_title(title: object) -> str | None:
-    if not isinstance(title, str):
+    if not isinstance(title, str):  # a PDF's /Title may be any object: a number, an array…
         return None
     return " ".join(formats.normalize_text(title).split()) or None

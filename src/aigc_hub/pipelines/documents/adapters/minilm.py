@@ -69,6 +69,10 @@ class MiniLMEmbedder:
         load_timeout_s: float = 120.0,
         failpoints: fp.Failpoints = fp.NONE,
     ) -> None:
+        if min(torch_threads, batch_size) < 1 or min(timeout_s, load_timeout_s) <= 0:
+            raise ConfigurationError(
+                "MiniLMEmbedder needs torch_threads, batch_size and both timeouts above 0"
+            )
         # Fail where the hub is wired, not at the first chunk: the extra's packages are
         # only looked up here (importing torch takes seconds).
         for module in _EXTRA_MODULES:
@@ -102,7 +106,7 @@ class MiniLMEmbedder:
         model = await self._model()
         work = self._submit(self._encode, model, batch)
         try:
-            rows = await _wait(work, self._timeout_s, f"embedding {len(batch)} texts")
+            rows = await _wait(work, self._timeout_s, f"embedding a batch of {len(batch)}")
         except EmbedderUnavailable:
             work.cancel()  # still queued behind another batch: it will not run
             raise

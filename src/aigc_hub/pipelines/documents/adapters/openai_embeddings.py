@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
+from aigc_hub.core.errors import ConfigurationError
 from aigc_hub.pipelines.documents.adapters.embedder import (
     DimensionMismatch,
     EmbedderOverloaded,
@@ -66,13 +67,18 @@ class OpenAIEmbedder:
         *,
         http: httpx.AsyncClient | None = None,
     ) -> None:
+        if dimensions < 1 or max_batch < 1 or timeout_s <= 0:
+            raise ConfigurationError(
+                f"OpenAIEmbedder needs dimensions, max_batch and timeout_s above 0, "
+                f"not {dimensions}, {max_batch} and {timeout_s:g}"
+            )
         self.name = f"openai:{model}"
         self.dimensions = dimensions
         self._model = model
         self._url = base_url.rstrip("/") + "/embeddings"
         self._headers = {"Authorization": f"Bearer {api_key}"}
         self._timeout_s = timeout_s
-        self._max_batch = max(1, max_batch)
+        self._max_batch = max_batch
         self._owns_http = http is None
         # trust_env=False: no proxy from the environment between us and the vendor.
         self._http = http or httpx.AsyncClient(

@@ -26,6 +26,7 @@ from aigc_hub.core.errors import ConfigurationError
 from . import checks, sql
 from .base import (
     MAX_DIMENSIONS,
+    MAX_K,
     ChunkOfAnotherTenant,
     DimensionMismatch,
     Hit,
@@ -36,6 +37,7 @@ from .base import (
 )
 
 try:
+    import pgvector
     import psycopg
     import psycopg_pool
     from pgvector.psycopg import register_vector_async
@@ -61,9 +63,17 @@ class PgVectorStore:
     exact = False
 
     def __init__(
-        self, url: str, pool: psycopg_pool.AsyncConnectionPool[Connection], version: str
+        self,
+        url: str,
+        pool: psycopg_pool.AsyncConnectionPool[Connection],
+        version: str,
+        *,
+        ef_search: int = EF_SEARCH,
     ) -> None:
         self.url = url
+        #: Candidates a search keeps (at least ``k``): more finds more of the true nearest,
+        #: slower.
+        self.ef_search = ef_search
         #: The server's pgvector version, and whether it has iterative index scans.
         self.version = version
         self.iterative_scan = _version(version) >= ITERATIVE_SCAN_SINCE
@@ -74,11 +84,18 @@ class PgVectorStore:
 
     @classmethod
     async def open(
-        cls, url: str, *, max_connections: int = 4, timeout_s: float = 10.0
+        cls,
+        url: str,
+        *,
+        max_connections: int = 4,
+        timeout_s: float = 10.0,
+        ef_search: int = EF_SEARCH,
     ) -> PgVectorStore:
         """Create the schema (idempotent), then open a pool of up to ``max_connections``.
         ``VectorStoreUnavailable`` when the server does not answer within ``timeout_s``;
         ``ConfigurationError`` when it has no pgvector."""
+        if not 1 <= ef_search <= MAX_K:
+            raise ConfigurationError(f"ef_search is between 1 and {MAX_K}, not {ef_search}")
         version = await _create_schema(url, timeout_s)
         pool = psycopg_pool.AsyncConnectionPool(
             url,
@@ -95,7 +112,7 @@ class PgVectorStore:
         except psycopg_pool.PoolTimeout as exc:
             await pool.close()
             raise VectorStoreUnavailable(f"vector store {_safe(url)}: {exc}") from exc
-        return cls(url, pool, version)
+        return cls(url, pool, version, ef_search=ef_search)
 
     async def upsert(self, namespace: str, items: Sequence[VectorItem]) -> int:
         """Write the items in one transaction; the rows newly created (see ``VectorStore``)."""
@@ -110,14 +127,16 @@ class PgVectorStore:
                 copy.set_types(sql.PG_COPY_TYPES)
                 for item in checked:
                     await copy.write_row(sql.pg_row(namespace, item))
+            await cur.execute(sql.PG_UPSERT)
+            created = sum(1 for (is_new,) in await cur.fetchall() if is_new)
+            # Checked after the upsert, which leaves another tenant's rows alone: this also
+            # sees one committed by a concurrent writer while the upsert waited on its lock.
             await cur.execute(sql.PG_FOREIGN_CHUNK)
             foreign = await cur.fetchone()
             if foreign is not None:
-                raise ChunkOfAnotherTenant(
+                raise ChunkOfAnotherTenant(  # rolls the whole batch back
                     f"chunk {foreign[0]!r} of namespace {namespace!r} is another tenant's"
                 )
-            await cur.execute(sql.PG_UPSERT)
-            created = sum(1 for (is_new,) in await cur.fetchall() if is_new)
         self._dimensions[namespace] = bound  # committed
         return created
 
@@ -136,9 +155,10 @@ class PgVectorStore:
                 dimension = self._dimensions[namespace] = int(found[0])
             if dimension != len(query):
                 raise DimensionMismatch(namespace, dimension, len(query))
-            await cur.execute(sql.PG_SEARCH_SETTINGS, (str(max(EF_SEARCH, k)),))
-            if self.iterative_scan:
-                await cur.execute(sql.PG_ITERATIVE_SCAN)
+            settings = (
+                sql.PG_SEARCH_SETTINGS_ITERATIVE if self.iterative_scan else sql.PG_SEARCH_SETTINGS
+            )
+            await cur.execute(settings, (str(max(self.ef_search, k)),))
             parameters = {"query": query, "namespace": namespace, "tenant_id": tenant_id}
             await cur.execute(sql.pg_search(dimension), {**parameters, "kb_id": kb_id, "k": k})
             rows = await cur.fetchall()
@@ -180,7 +200,7 @@ class PgVectorStore:
         return [
             VectorItem(
                 str(chunk_id), document_id, tenant_id, str(kb), int(ordinal), int(start),
-                int(end), str(text), np.asarray(embedding, dtype=np.float32),
+                int(end), str(text), _array(embedding),
             )
             for chunk_id, kb, ordinal, start, end, text, embedding in rows
         ]  # fmt: skip
@@ -263,6 +283,13 @@ async def _bind(cur: psycopg.AsyncCursor[TupleRow], namespace: str, dimension: i
         if exists is None or not exists[0]:
             await cur.execute(sql.pg_hnsw_index(dimension))
     return bound
+
+
+def _array(embedding: object) -> Vector:
+    """A ``vector`` column as pgvector's loader gives it, as a float32 array."""
+    assert isinstance(embedding, pgvector.Vector), type(embedding)
+    array: Vector = np.asarray(embedding.to_numpy(), dtype=np.float32)
+    return array
 
 
 def _version(text: str) -> tuple[int, ...]:

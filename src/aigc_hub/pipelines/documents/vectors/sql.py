@@ -210,7 +210,8 @@ RETURNING xmax = 0
 #: ``hnsw.ef_search`` (candidates kept, at least k) and, from pgvector 0.8, iterative scans:
 #: a filtered search goes on past the first candidates until it has k rows of the kb.
 PG_SEARCH_SETTINGS = "SELECT set_config('hnsw.ef_search', %s, true)"
-PG_ITERATIVE_SCAN = "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+PG_SEARCH_SETTINGS_ITERATIVE = """SELECT set_config('hnsw.ef_search', %s, true),
+    set_config('hnsw.iterative_scan', 'relaxed_order', true)"""
 PG_DELETE_DOCUMENT = "DELETE FROM vector_chunks WHERE tenant_id = %s AND document_id = %s"
 PG_DELETE_KB = "DELETE FROM vector_chunks WHERE namespace = %s AND tenant_id = %s AND kb_id = %s"
 PG_ITEMS_OF = """SELECT chunk_id, kb_id, ordinal, start_offset, end_offset, text, embedding

@@ -3,8 +3,9 @@
 Vectors are float32 BLOBs; a search scores a knowledge base's whole matrix, kept in memory
 (``matrices.py``) and brought up to date from the ``vector_generations`` table, which every
 write bumps in its own transaction: several processes may share the file. This CPython cannot
-load SQLite extensions, so there is no sqlite-vec; at 100,000 384-d vectors the matrix
-product takes milliseconds.
+load SQLite extensions, so there is no sqlite-vec. The product reads the whole matrix, so it
+is bound by memory bandwidth: 100,000 384-d vectors are 154 MB, tens of milliseconds a query
+(bench/documents_vectors.py); past that size, a knowledge base belongs in pgvector.
 
 Each worker thread has its own connection (a sqlite3 connection is not for two threads at
 once) and every call runs in one (``asyncio.to_thread``). Writes are one ``BEGIN IMMEDIATE``
@@ -22,7 +23,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, ParamSpec, TypeVar
+from typing import NamedTuple, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -40,8 +41,9 @@ from .base import (
 
 #: Default memory for cached matrices (about 700,000 384-d vectors).
 CACHE_BYTES = 1 << 30
-#: A search retries when its cached matrix showed a row its own snapshot does not (another
-#: thread refreshed the matrix past it); after this many, it returns the rows it can show.
+#: A search whose matrix holds a row its own snapshot does not show (another thread moved
+#: the matrix past that snapshot, or the file went back: restored from a backup) drops the
+#: matrix and searches again; after this many attempts it returns the rows it can show.
 SEARCH_ATTEMPTS = 3
 #: SQLite's limit on host parameters is 32,766; chunk id lookups stay well below it.
 _LOOKUP_BATCH = 500
@@ -134,26 +136,19 @@ class SQLiteVectorStore:
 
     async def items_of(self, namespace: str, tenant_id: str, document_id: str) -> list[VectorItem]:
         """The document's stored chunks with their vectors, in chunk order."""
-        rows = await self._call(self._items_of, (namespace, tenant_id, document_id))
-        return [
-            VectorItem(
-                chunk_id, document_id, tenant_id, kb, ordinal, start, end, text,
-                np.frombuffer(blob, dtype=np.float32),
-            )
-            for chunk_id, kb, ordinal, start, end, text, blob in rows
-        ]  # fmt: skip
+        return await self._call(self._items_of, namespace, tenant_id, document_id)
 
     async def chunk_ids(self, namespace: str, tenant_id: str, document_id: str) -> set[str]:
         """The ids of the document's chunks stored in the namespace."""
         return await self._call(self._chunk_ids, (namespace, tenant_id, document_id))
 
     async def close(self) -> None:
-        """Close every thread's connection and drop the matrices."""
+        """Close every thread's connection (the last one checkpoints the WAL, so in a worker
+        thread) and drop the matrices."""
         with self._guard:
             self._closed = True
-            for connection in self._connections:
-                connection.close()
-            self._connections.clear()
+            connections, self._connections = self._connections, []
+        await asyncio.to_thread(_close_all, connections)
         self.matrices.clear()
 
     # -- in a worker thread ---------------------------------------------------------
@@ -236,6 +231,7 @@ class SQLiteVectorStore:
             ]  # fmt: skip
             if len(hits) == len(ids):
                 break
+            self.matrices.discard(key)  # the next attempt loads it from its own snapshot
         return hits
 
     @staticmethod
@@ -272,8 +268,15 @@ class SQLiteVectorStore:
     def _count(self, query: str, parameters: list[str]) -> int:
         return int(self._connection().execute(query, parameters).fetchone()[0])
 
-    def _items_of(self, parameters: tuple[str, str, str]) -> list[tuple[Any, ...]]:
-        return list(self._connection().execute(sql.SQLITE_ITEMS_OF, parameters))
+    def _items_of(self, namespace: str, tenant_id: str, document_id: str) -> list[VectorItem]:
+        rows = self._connection().execute(sql.SQLITE_ITEMS_OF, (namespace, tenant_id, document_id))
+        return [
+            VectorItem(
+                str(r[0]), document_id, tenant_id, str(r[1]), int(r[2]), int(r[3]), int(r[4]),
+                str(r[5]), np.frombuffer(r[6], dtype=np.float32),
+            )
+            for r in rows
+        ]  # fmt: skip
 
     def _chunk_ids(self, parameters: tuple[str, str, str]) -> set[str]:
         rows = self._connection().execute(sql.SQLITE_CHUNK_IDS, parameters)
@@ -338,3 +341,9 @@ class SQLiteVectorStore:
             yield
         finally:
             connection.execute("COMMIT")
+
+
+def _close_all(connections: list[sqlite3.Connection]) -> None:
+    """Close the connections, in this (worker) thread."""
+    for connection in connections:
+        connection.close()
