@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from aigc_hub import plugins
 from aigc_hub.cli.main import app
 from aigc_hub.cli.topics import merged_catalog
+from aigc_hub.pipeline import PipelineBase
 from aigc_hub.settings import Settings
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -24,20 +27,12 @@ def test_settings_doc_names_every_setting() -> None:
         assert f"AIGC_HUB_{name.upper()}" in text, name
 
 
-def test_settings_doc_names_every_generation_setting() -> None:
-    from aigc_hub.pipelines.generation.settings import GenerationSettings
-
+@pytest.mark.parametrize("pipeline", plugins.load(None), ids=lambda p: p.name)
+def test_settings_doc_names_every_setting_of_every_pipeline(pipeline: PipelineBase) -> None:
+    assert pipeline.settings is not None
     text = (DOCS / "settings.md").read_text()
-    for name in GenerationSettings.model_fields:
-        assert f"AIGC_HUB_GEN_{name.upper()}" in text, name
-
-
-def test_settings_doc_names_every_avcc_setting() -> None:
-    from aigc_hub.pipelines.avcc.settings import AvccSettings
-
-    text = (DOCS / "settings.md").read_text()
-    for name in AvccSettings.model_fields:
-        assert f"AIGC_HUB_AVCC_{name.upper()}" in text, name
+    for name in pipeline.settings.model_fields:
+        assert f"{pipeline.env_prefix}{name.upper()}" in text, name
 
 
 def test_cli_doc_names_every_command() -> None:

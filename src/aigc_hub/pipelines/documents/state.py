@@ -86,7 +86,8 @@ class Documents:
         """The vector store (``AIGC_HUB_DOCS_VECTORS_URL``), opened once, on first use."""
         async with self._vectors_opening:
             if self._vectors is None:
-                self._vectors = await open_vector_store(self.settings.vectors_url, self.data_dir)
+                where = self.data_dir / "documents"
+                self._vectors = await open_vector_store(self.settings.vectors_url, where)
         return self._vectors
 
     async def close(self) -> None:
