@@ -156,7 +156,12 @@ def test_derive_may_override_key_and_source() -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("event_id", str(uuid.uuid4())), ("attempt", 9), ("payload", {}), ("key", "other")],
+    [
+        ("event_id", "01a1f018-88e4-4131-9a0f-2a38b3431c71"),
+        ("attempt", 9),
+        ("payload", {}),
+        ("key", "other"),
+    ],
 )
 def test_envelope_is_frozen(field: str, value: Any) -> None:
     env = Envelope.from_bytes(_bytes_with())
