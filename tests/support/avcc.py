@@ -37,8 +37,7 @@ from aigc_hub.pipelines.avcc.pipeline import pipeline as avcc_pipeline
 from aigc_hub.pipelines.avcc.settings import AvccSettings
 from aigc_hub.pipelines.avcc.state import STATE, Avcc
 from aigc_hub.store import engine as store_engine
-from aigc_hub.tenancy import create_admin_key, create_tenant
-from tests.support.served import serve
+from tests.support.served import ServedHub, serve
 
 SETTLED = {"CODED", "REJECTED", "NEED_HUMAN"}
 
@@ -57,7 +56,7 @@ def sha(data: bytes) -> str:
 
 
 @dataclass
-class AvccStack:
+class AvccStack(ServedHub):
     hub: Hub
     api_url: str
     stop: asyncio.Event
@@ -79,19 +78,6 @@ class AvccStack:
     @property
     def avcc(self) -> Avcc:
         return self.hub.state_of(STATE)
-
-    async def tenant(self, name: str) -> str:
-        _tenant, key = await create_tenant(self.hub.engine, name)
-        return key
-
-    async def admin(self) -> str:
-        return await create_admin_key(self.hub.engine)
-
-    def client(self, key: str | None = None) -> httpx.AsyncClient:
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        return httpx.AsyncClient(
-            base_url=self.api_url, headers=headers, trust_env=False, timeout=30.0
-        )
 
     async def records(self) -> list[dict[str, Any]]:
         async with self.hub.engine.connect() as conn:

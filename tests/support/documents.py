@@ -28,14 +28,13 @@ from aigc_hub.pipelines.documents.pipeline import pipeline as documents_pipeline
 from aigc_hub.pipelines.documents.settings import DocumentsSettings
 from aigc_hub.pipelines.documents.state import STATE, Documents, make_embedder
 from aigc_hub.store import engine as store_engine
-from aigc_hub.tenancy import create_admin_key, create_tenant
-from tests.support.served import serve
+from tests.support.served import ServedHub, serve
 
 ENDED = {"completed", "failed", "deleted"}
 
 
 @dataclass
-class DocumentsStack:
+class DocumentsStack(ServedHub):
     hub: Hub
     api_url: str
     stop: asyncio.Event
@@ -44,19 +43,6 @@ class DocumentsStack:
     @property
     def docs(self) -> Documents:
         return self.hub.state_of(STATE)
-
-    async def tenant(self, name: str) -> str:
-        _tenant, key = await create_tenant(self.hub.engine, name)
-        return key
-
-    async def admin(self) -> str:
-        return await create_admin_key(self.hub.engine)
-
-    def client(self, key: str | None = None) -> httpx.AsyncClient:
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        return httpx.AsyncClient(
-            base_url=self.api_url, headers=headers, trust_env=False, timeout=60.0
-        )
 
 
 def documents_pipeline_in(

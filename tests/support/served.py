@@ -7,10 +7,13 @@ import contextlib
 import socket
 from collections.abc import AsyncIterator
 
+import httpx
 import uvicorn
 from fastapi import FastAPI
 
+from aigc_hub.bootstrap import Hub
 from aigc_hub.settings import API_KEEP_ALIVE_S
+from aigc_hub.tenancy import create_admin_key, create_tenant
 
 
 def free_port() -> int:
@@ -49,3 +52,28 @@ async def serve(app: FastAPI, *, start_timeout: float = 10.0) -> AsyncIterator[s
         server.should_exit = True
         async with asyncio.timeout(10):
             await task
+
+
+class ServedHub:
+    """A started hub whose API is served at ``api_url``: keys for it and clients of it.
+
+    Test stacks (avcc, documents) derive from it and add their pipeline's state."""
+
+    hub: Hub
+    api_url: str
+
+    async def tenant(self, name: str) -> str:
+        """A new tenant's API key."""
+        _tenant, key = await create_tenant(self.hub.engine, name)
+        return key
+
+    async def admin(self) -> str:
+        """A new admin key."""
+        return await create_admin_key(self.hub.engine)
+
+    def client(self, key: str | None = None, timeout_s: float = 60.0) -> httpx.AsyncClient:
+        """An HTTP client of the API, with ``key`` when given."""
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.AsyncClient(
+            base_url=self.api_url, headers=headers, trust_env=False, timeout=timeout_s
+        )

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import hashlib
 import importlib.util
 import os
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from aigc_hub.core import failpoints as fp
+from aigc_hub.core.thread_futures import wait_shared
 from aigc_hub.moderation.base import ModerationUnavailable
 from aigc_hub.moderation.policy import Exemplars
 from aigc_hub.observability.logging import get_logger
@@ -367,35 +367,10 @@ def _shipped_model_dir() -> Path:
 
 
 async def _wait(work: concurrent.futures.Future[T], timeout_s: float, what: str) -> T:
-    """Await a worker-thread future with a deadline, without cancelling it for others.
+    """``work``'s result within ``timeout_s``; ModerationUnavailable naming ``what`` when not."""
 
-    ``asyncio.wrap_future`` would pass one waiter's cancellation (or timeout) on to the
-    shared load future and fail every other waiter with ``CancelledError``; this waiter
-    only stops listening.
-    """
-    loop = asyncio.get_running_loop()
-    waiter: asyncio.Future[T] = loop.create_future()
+    def unavailable(why: str) -> Exception:
+        log.warning("moderation.unavailable", step=what, why=why)
+        return ModerationUnavailable(f"moderation {what}: {why}")
 
-    def copy(done: concurrent.futures.Future[T]) -> None:
-        if waiter.done():
-            return
-        if done.cancelled():
-            waiter.set_exception(ModerationUnavailable(f"moderation {what} was cancelled"))
-        elif (exc := done.exception()) is not None:
-            waiter.set_exception(exc)
-        else:
-            waiter.set_result(done.result())
-
-    def relay(done: concurrent.futures.Future[T]) -> None:
-        # The waiter's loop may be gone by the time a slow step ends; nobody listens then.
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(copy, done)
-
-    work.add_done_callback(relay)
-    try:
-        # asyncio.timeout, not wait_for: the deadline must not swallow an outer cancellation.
-        async with asyncio.timeout(timeout_s):
-            return await waiter
-    except TimeoutError:
-        log.warning("moderation.timeout", step=what, timeout_s=timeout_s)
-        raise ModerationUnavailable(f"moderation {what} took longer than {timeout_s:g} s") from None
+    return await wait_shared(work, timeout_s, unavailable)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from aigc_hub.blobs.base import BlobStore
 from aigc_hub.core.errors import ConfigurationError
+from aigc_hub.core.failpoints import NONE, Failpoints
 from aigc_hub.pipeline import StateKey
 
 from .adapters.analyzer import Analyzer
@@ -103,8 +104,8 @@ class Documents:
 STATE: StateKey[Documents] = StateKey(NAME)
 
 
-def make_embedder(settings: DocumentsSettings) -> Embedder:
-    """The embedding model the settings name."""
+def make_embedder(settings: DocumentsSettings, failpoints: Failpoints = NONE) -> Embedder:
+    """The embedding model the settings name (``failpoints``: the hub's, for crash tests)."""
     if settings.embedder == "openai":
         from .adapters.openai_embeddings import OpenAIEmbedder
 
@@ -116,7 +117,7 @@ def make_embedder(settings: DocumentsSettings) -> Embedder:
         )
     from .adapters.minilm import MiniLMEmbedder
 
-    return MiniLMEmbedder(torch_threads=settings.torch_threads)
+    return MiniLMEmbedder(torch_threads=settings.torch_threads, failpoints=failpoints)
 
 
 def make_analyzer(settings: DocumentsSettings, embedder: Embedder) -> Analyzer:
@@ -140,4 +141,5 @@ def make_analyzer(settings: DocumentsSettings, embedder: Embedder) -> Analyzer:
 def build_state(hub: Hub, settings: Settings) -> Documents:
     """The state factory: Documents from ``AIGC_HUB_DOCS_*`` and the hub's data dir."""
     docs_settings = DocumentsSettings()
-    return Documents(hub, docs_settings, make_embedder(docs_settings), settings.data_dir)
+    embedder = make_embedder(docs_settings, hub.failpoints)
+    return Documents(hub, docs_settings, embedder, settings.data_dir)

@@ -19,9 +19,7 @@ The model reads up to 256 word pieces of a text (``shared_model`` sets that limi
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
-import contextlib
 import functools
 import importlib.util
 import json
@@ -32,6 +30,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 from aigc_hub.core import failpoints as fp
 from aigc_hub.core.errors import ConfigurationError
+from aigc_hub.core.thread_futures import wait_shared
 from aigc_hub.moderation import semantic
 from aigc_hub.observability.logging import get_logger
 from aigc_hub.pipelines.documents.adapters.embedder import (
@@ -199,34 +198,10 @@ def _dimensions(model_dir: Path) -> int:
 
 
 async def _wait(work: concurrent.futures.Future[T], timeout_s: float, what: str) -> T:
-    """Await a worker-thread future with a deadline, without cancelling it for others.
+    """``work``'s result within ``timeout_s``; EmbedderUnavailable naming ``what`` when not."""
 
-    ``asyncio.wrap_future`` would pass one waiter's timeout on to the shared load future,
-    failing every other waiter with ``CancelledError``; this waiter only stops listening.
-    """
-    loop = asyncio.get_running_loop()
-    waiter: asyncio.Future[T] = loop.create_future()
+    def unavailable(why: str) -> Exception:
+        log.warning("documents.minilm_unavailable", step=what, why=why)
+        return EmbedderUnavailable(f"{what}: {why}")
 
-    def copy(done: concurrent.futures.Future[T]) -> None:
-        if waiter.done():
-            return
-        if done.cancelled():
-            waiter.set_exception(EmbedderUnavailable(f"{what} was cancelled"))
-        elif (exc := done.exception()) is not None:
-            waiter.set_exception(exc)
-        else:
-            waiter.set_result(done.result())
-
-    def relay(done: concurrent.futures.Future[T]) -> None:
-        # The loop may be gone by the time a slow step ends; nobody listens then.
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(copy, done)
-
-    work.add_done_callback(relay)
-    try:
-        # asyncio.timeout, not wait_for: the deadline must not swallow an outer cancellation.
-        async with asyncio.timeout(timeout_s):
-            return await waiter
-    except TimeoutError:
-        log.warning("documents.minilm_timeout", step=what, timeout_s=timeout_s)
-        raise EmbedderUnavailable(f"{what} took longer than {timeout_s:g} s") from None
+    return await wait_shared(work, timeout_s, unavailable)

@@ -1,0 +1,116 @@
+"""The embedding worker SIGKILLed and restarted: ``aigc-hub worker --group embedding-workers``
+processes on the test's SQLite database and embedded log, the first killed by a failpoint
+(in the middle of a batch's model call, or right after a batch committed and before its
+offsets did), the second finishing. No chunk is lost and none has two vectors."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from aigc_hub.pipelines.documents.models import documents_chunks
+from aigc_hub.store.tables import inbox
+from tests.support.documents import documents_stack, submit, wait_ended
+from tests.support.hubs import make_broker
+
+ROOT = Path(__file__).resolve().parents[2]
+GROUPS_BUT_EMBEDDING = ["chunking-workers", "vector-storage-workers"]
+SENTENCE = (
+    "Document {n} describes shipment {n}: crates of glassware left the harbour on day {n} "
+    "and the customs office stamped form {n} before noon. "
+)
+
+
+def embedding_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "aigc_hub", "worker", "--group", "embedding-workers"],
+            env=env,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+@pytest.mark.parametrize("killed_at", ["documents.minilm.encode", "consumer.after_commit"])
+async def test_an_embedding_worker_killed_mid_batch_loses_no_chunk_and_doubles_no_vector(
+    sqlite_url: str, tmp_path: Path, killed_at: str
+) -> None:
+    vectors_url = f"sqlite:///{tmp_path / 'vectors.db'}"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), str(ROOT)])),
+        "AIGC_HUB_BROKER": "embedded",
+        "AIGC_HUB_DATABASE_URL": sqlite_url,
+        "AIGC_HUB_LOG_PATH": str(tmp_path / "log.db"),
+        "AIGC_HUB_DATA_DIR": str(tmp_path / "worker"),
+        "AIGC_HUB_PIPELINES": "documents",
+        "AIGC_HUB_DOCS_VECTORS_URL": vectors_url,
+        "AIGC_HUB_DOCS_EMBED_BATCH": "8",
+        "AIGC_HUB_DOCS_EMBED_WAIT_S": "0.2",
+    }
+    log = tmp_path / "worker.log"
+    broker = make_broker("embedded", tmp_path)
+    async with documents_stack(
+        sqlite_url, broker, tmp_path, groups=GROUPS_BUT_EMBEDDING, embed_batch=8
+    ) as stack:
+        key = await stack.tenant("studio")
+        async with stack.client(key) as client:
+            tasks = []
+            for n in range(6):
+                text = "".join(SENTENCE.format(n=f"{n}-{i}") for i in range(40))
+                answer = await submit(
+                    client,
+                    "kb",
+                    f"d{n}.txt",
+                    text.encode(),
+                    "text/plain",
+                    key=f"k{n}",
+                    analysis="false",
+                )
+                tasks.append(answer.json())
+            doomed = embedding_worker(env | {"AIGC_HUB_FAILPOINTS": f"{killed_at}=kill"}, log)
+            try:
+                # Waited in a thread: the hub in this process keeps running meanwhile.
+                exited = await asyncio.to_thread(doomed.wait, 300)
+                assert exited == -signal.SIGKILL, log.read_text()[-3000:]
+            finally:
+                if doomed.poll() is None:
+                    doomed.kill()
+            async with stack.hub.engine.connect() as conn:
+                marked = await conn.scalar(
+                    sa.select(sa.func.count())
+                    .select_from(inbox)
+                    .where(inbox.c.consumer == "embedding-workers")
+                )
+            survivor = embedding_worker(env, log)
+            try:
+                ended = await wait_ended(client, [t["task_id"] for t in tasks], timeout_s=300)
+            finally:
+                survivor.send_signal(signal.SIGTERM)
+                await asyncio.to_thread(survivor.wait, 60)
+        store = await stack.docs.vectors()
+        namespace = stack.docs.embedder.name
+        async with stack.hub.engine.connect() as conn:
+            chunks = (
+                await conn.execute(sa.select(documents_chunks.c.id, documents_chunks.c.tenant_id))
+            ).all()
+        tenant_id = chunks[0].tenant_id
+        stored = [await store.chunk_ids(namespace, tenant_id, t["document_id"]) for t in tasks]
+        vectors = await store.count(namespace, kb_id="kb")
+        chunk_rows = [row.id for row in chunks]
+    if killed_at == "consumer.after_commit":
+        assert marked and marked >= 1  # the first batch was committed before the kill
+    else:
+        assert marked == 0  # killed inside the first model call: nothing was committed
+    assert {t["status"] for t in ended.values()} == {"completed"}
+    # Every chunk has its vector, and only one: as many vector rows as chunks.
+    assert set().union(*stored) == set(chunk_rows)
+    assert vectors == len(chunk_rows) == sum(t["chunks_total"] for t in ended.values())
