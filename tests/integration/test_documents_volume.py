@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from aigc_hub.pipelines.documents.models import documents_chunks
@@ -17,6 +18,8 @@ from tests.support.hubs import make_broker
 DOCUMENTS = 500
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
 async def test_five_hundred_documents_complete_once_and_are_found_by_their_sentences(
     sqlite_url: str, tmp_path: Path
 ) -> None:

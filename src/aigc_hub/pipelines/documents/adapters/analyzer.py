@@ -61,6 +61,19 @@ class Report:
     findings: Sequence[Finding] = field(default_factory=tuple)
 
 
+#: What a finding of each severity weighs in the document's risk score.
+WEIGHT: dict[Severity, float] = {"high": 1.0, "medium": 0.7, "low": 0.4}
+
+
+def report_of(findings: Sequence[Finding], analyzer: str, policy_version: str) -> Report:
+    """The report of ``findings``: high severity fails, medium or low asks for a human
+    review, none passes; the risk score is the heaviest finding's weight times its score."""
+    severities = {f.severity for f in findings}
+    verdict: Verdict = "fail" if "high" in severities else "review" if severities else "pass"
+    score = max((WEIGHT[f.severity] * f.score for f in findings), default=0.0)
+    return Report(verdict, round(score, 4), analyzer, policy_version, tuple(findings))
+
+
 class AnalyzerOverloaded(RetryableError):
     """The analyzer answered 429/503: back off (``retry_after_s`` when it said how long)."""
 

@@ -25,15 +25,13 @@ import pydantic
 
 from aigc_hub.core.errors import ConfigurationError
 
-from .analyzer import ChunkText, Finding, Report, Severity, Verdict
+from .analyzer import ChunkText, Finding, Report, Severity, report_of
 from .embedder import Embedder
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-#: What a finding of each severity weighs in the document's risk score.
-WEIGHT: dict[Severity, float] = {"high": 1.0, "medium": 0.7, "low": 0.4}
 _SENTENCE = re.compile(r"[^.!?。！？;\n]+[.!?。！？;]?")
 
 
@@ -100,7 +98,7 @@ class LocalAnalyzer:
 
         exemplars = await self._exemplar_vectors()
         if not chunks:
-            return Report("pass", 0.0, self.name, self.policy_version)
+            return report_of([], self.name, self.policy_version)
         missing = [c.text for c in chunks if c.vector is None]
         embedded = iter(await self.embedder.embed(missing)) if missing else iter(())
         vectors = np.stack([c.vector if c.vector is not None else next(embedded) for c in chunks])
@@ -127,13 +125,7 @@ class LocalAnalyzer:
                 score = float(scores[best])
                 if score >= self.policy.threshold:
                     findings.append(_finding(clause, chunks, sentences[rows[best]], score))
-        return Report(
-            verdict_of(findings),
-            round(max((WEIGHT[f.severity] * f.score for f in findings), default=0.0), 4),
-            self.name,
-            self.policy_version,
-            tuple(findings),
-        )
+        return report_of(findings, self.name, self.policy_version)
 
     async def close(self) -> None:
         """Nothing of its own to release (the embedder is the pipeline's)."""
@@ -184,11 +176,3 @@ def _finding(
         start=chunk.start + a,
         end=chunk.start + b,
     )
-
-
-def verdict_of(findings: Sequence[Finding]) -> Verdict:
-    """High fails, medium or low asks for a human review, nothing passes."""
-    severities = {f.severity for f in findings}
-    if "high" in severities:
-        return "fail"
-    return "review" if severities else "pass"

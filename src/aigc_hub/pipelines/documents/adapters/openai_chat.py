@@ -25,8 +25,9 @@ from .analyzer import (
     ChunkText,
     Finding,
     Report,
+    report_of,
 )
-from .local_analyzer import WEIGHT, Policy, verdict_of
+from .local_analyzer import Policy
 
 
 class _Found(pydantic.BaseModel):
@@ -90,13 +91,7 @@ class OpenAIChatAnalyzer:
                 f"the model's answer is not the findings JSON: {exc}"
             ) from exc
         findings = self._checked(answer.findings, {c.index: c for c in shown})
-        return Report(
-            verdict_of(findings),
-            round(max((WEIGHT[f.severity] * f.score for f in findings), default=0.0), 4),
-            self.name,
-            self.policy_version,
-            tuple(findings),
-        )
+        return report_of(findings, self.name, self.policy_version)
 
     async def close(self) -> None:
         await self._client.aclose()
