@@ -31,6 +31,11 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # Tests (and the processes they start) load only the pipelines they name; a test that wants
 # an installed pipeline sets AIGC_HUB_PIPELINES itself (e.g. "generation").
 os.environ["AIGC_HUB_PIPELINES"] = ""
+# pytest-xdist's workers run with COLUMNS=80 and LINES=24 set; a plain run has neither. The
+# CLI sizes its tables from COLUMNS, so tests see the same output in both.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
 
 
 def service_missing(what: str, hint: str) -> None:
