@@ -10,6 +10,7 @@ from pathlib import Path
 
 from fpdf import FPDF
 
+from aigc_hub.pipelines.documents.adapters.embedder import AbsentEmbedder
 from aigc_hub.reliability.dlq import DeadLetterFilter
 from tests.support.documents import documents_stack, submit, wait_ended
 from tests.support.hubs import DoublePublisher, make_broker
@@ -181,3 +182,19 @@ async def test_a_deleted_document_leaves_no_chunk_vector_or_file(
     assert deleted.status_code == 200 and deleted.json()["status"] == "deleted"
     assert again.status_code == 200 and again.json()["status"] == "deleted"
     assert found.json()["hits"] == [] and left == 0 and files == []
+
+
+async def test_a_hub_without_its_embedding_model_refuses_uploads_with_the_fix(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    # What a machine without the ml extra gets: the hub runs, uploads answer 503 at once.
+    absent = AbsentEmbedder("local embedding needs torch: pip install 'aigc-hub[ml]'")
+    broker = make_broker("embedded", tmp_path)
+    async with documents_stack(sqlite_url, broker, tmp_path, embedder=absent) as stack:
+        key = await stack.tenant("studio")
+        async with stack.client(key) as client:
+            answer = await submit(client, "kb", "a.txt", NOTES.encode(), "text/plain", key="a")
+            listed = await client.get("/v1/knowledge-bases/kb/documents")
+    assert answer.status_code == 503
+    assert "pip install 'aigc-hub[ml]'" in answer.json()["detail"]
+    assert listed.json()["items"] == []

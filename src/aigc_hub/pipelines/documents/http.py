@@ -14,6 +14,7 @@ from aigc_hub.interfaces.http import kit
 from aigc_hub.interfaces.http.kit import FoldedIdempotency, IdempotentRoute, Problem
 
 from . import services
+from .adapters.embedder import EmbedderMissing
 from .parsing import DocumentTooLarge, UnsupportedFormat
 from .state import STATE, Documents
 from .states import TaskStatus
@@ -51,6 +52,7 @@ DocumentId = Annotated[str, pydantic.StringConstraints(pattern=r"^doc_[0-9a-f]{3
         415: {"description": "not a document format the hub reads"},
         422: {"description": "a field is invalid (named in `errors`)"},
         429: {"description": "rate limited, or the pipeline is behind (Retry-After)"},
+        503: {"description": "this hub has no embedding model (the `ml` extra is missing)"},
     },
 )
 async def submit(
@@ -81,6 +83,8 @@ async def submit(
         raise Problem(413, str(exc), slug="document-too-large") from None
     except UnsupportedFormat as exc:
         raise Problem(415, str(exc), slug="unsupported-format") from None
+    except EmbedderMissing as exc:
+        raise Problem(503, str(exc), slug="embedding-model-missing") from None
     return idem.stored if idem.stored is not None else _accepted(task)
 
 

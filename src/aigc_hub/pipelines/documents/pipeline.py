@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from aigc_hub.pipeline import Pipeline
 
-from . import dlq_http, events, http, models
+from . import dlq_http, events, http, models, up
 from .handlers import analysis, chunking, embedding, storage
 from .settings import DocumentsSettings
 from .state import NAME, Documents, build_state
@@ -80,3 +80,4 @@ pipeline.handler_with_state(
     "ai-analysis-workers", [events.ANALYSIS_REQUESTS_TOPIC], concurrency=5, timeout=900
 )(analysis.on_request)
 pipeline.admission_check_with_state(lambda docs: docs.backpressure.admission())
+pipeline.up_hook(up.model_check)

@@ -23,6 +23,7 @@ from aigc_hub.core.ids import new_id
 from aigc_hub.store.engine import reader
 
 from . import events, records
+from .adapters.embedder import AbsentEmbedder, EmbedderMissing
 from .models import documents_chunks, documents_tasks
 from .parsing import DocumentTooLarge, detect_format
 from .state import Documents
@@ -100,12 +101,15 @@ async def submit(
 ) -> TaskSnapshot:
     """Store ``data`` and queue its task; the task's snapshot (``queued``, progress 0).
 
-    Refuses at once what can never be processed, storing nothing: a bad knowledge-base name
+    Refuses at once what can never be processed, storing nothing: a hub without its
+    embedding model (EmbedderMissing), a bad knowledge-base name
     or file name (InvalidInput), an empty or too large file (DocumentTooLarge), a format
     that is not a document (UnsupportedFormat). Whether the content parses is the chunking
     worker's to find: a corrupt file ends ``failed`` there, with its reason.
     """
     check_kb(kb_id)
+    if isinstance(docs.embedder, AbsentEmbedder):
+        raise EmbedderMissing(docs.embedder.reason)
     name = file_name.strip().replace("\\", "/").rsplit("/", 1)[-1]
     if not name or len(name) > 255:
         raise InvalidInput("file", "the file needs a name of 1-255 characters")

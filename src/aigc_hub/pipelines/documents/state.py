@@ -16,7 +16,7 @@ from aigc_hub.core.failpoints import NONE, Failpoints
 from aigc_hub.pipeline import StateKey
 
 from .adapters.analyzer import Analyzer
-from .adapters.embedder import Embedder
+from .adapters.embedder import AbsentEmbedder, Embedder, EmbedderMissing
 from .backpressure import Backpressure
 from .parsing import ParseLimits
 from .settings import DocumentsSettings
@@ -141,5 +141,11 @@ def make_analyzer(settings: DocumentsSettings, embedder: Embedder) -> Analyzer:
 def build_state(hub: Hub, settings: Settings) -> Documents:
     """The state factory: Documents from ``AIGC_HUB_DOCS_*`` and the hub's data dir."""
     docs_settings = DocumentsSettings()
-    embedder = make_embedder(docs_settings, hub.failpoints)
+    embedder: Embedder
+    try:
+        embedder = make_embedder(docs_settings, hub.failpoints)
+    except EmbedderMissing as exc:
+        # The hub runs without the model (a machine with nothing but Python): submitting
+        # answers 503 with the fix, and `up` says so at start.
+        embedder = AbsentEmbedder(f"{exc}, or set AIGC_HUB_DOCS_EMBEDDER=openai")
     return Documents(hub, docs_settings, embedder, settings.data_dir)

@@ -89,3 +89,20 @@ class DimensionMismatch(ConfigurationError):
             f"embedder {name} is configured for {configured} dimensions "
             f"but the model answered {answered}"
         )
+
+
+class AbsentEmbedder:
+    """Stands where the configured model could not be made (the ``ml`` extra is missing):
+    the hub still starts, submitting a document answers 503 with ``reason`` and the fix,
+    and a chunk that reaches the embedding group fails with :class:`EmbedderMissing`."""
+
+    def __init__(self, reason: str, name: str = "all-MiniLM-L6-v2", dimensions: int = 384) -> None:
+        self.reason = reason
+        self.name = name
+        self.dimensions = dimensions
+
+    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        raise EmbedderMissing(self.reason)
+
+    async def close(self) -> None:
+        """Nothing to release."""
