@@ -134,8 +134,10 @@ class SearchAnswer(pydantic.BaseModel):
     "/{kb}/search",
     response_model=SearchAnswer,
     summary="Search a knowledge base",
-    description="Embeds `q` and answers the `k` nearest chunks of your knowledge base with "
-    "their cosine similarity (`score`), document, index and character offsets.",
+    description="Hybrid search: embeds `q`, takes the nearest chunks of your knowledge base "
+    "by vector and ranks them by meaning and wording; answers the best `k` with `score` (the "
+    "rank: cosine similarity plus half the share of the query's words the chunk holds), "
+    "`similarity` (the cosine alone), document, index and character offsets.",
 )
 async def search(
     kb: str,

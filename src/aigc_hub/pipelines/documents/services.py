@@ -22,7 +22,7 @@ from aigc_hub.core.errors import InvalidInput, NotFound
 from aigc_hub.core.ids import new_id
 from aigc_hub.store.engine import reader
 
-from . import events, records
+from . import events, records, rules
 from .adapters.embedder import AbsentEmbedder, EmbedderMissing
 from .models import documents_chunks, documents_tasks
 from .parsing import DocumentTooLarge, detect_format
@@ -257,9 +257,11 @@ async def delete_document(docs: Documents, *, tenant_id: str, document_id: str) 
 
 
 class SearchHit(BaseModel):
-    """One chunk found by a search."""
+    """One chunk found by a search: ``score`` ranks it (cosine similarity plus half the
+    share of the query's words it holds), ``similarity`` is the cosine alone."""
 
     score: float
+    similarity: float
     document_id: str
     chunk_id: str
     chunk_index: int
@@ -279,6 +281,9 @@ async def search(
 ) -> tuple[str, list[SearchHit]]:
     """The ``k`` chunks of the tenant's knowledge base nearest ``query``: ``(model, hits)``.
 
+    Hybrid: the nearest candidates by vector, reranked by meaning and wording
+    (:func:`rules.rerank`).
+
     ``model`` names an embedding model version (a vector namespace); None is the one this
     hub embeds with. Another version can only be searched when this hub embeds with it.
     """
@@ -293,13 +298,15 @@ async def search(
         raise InvalidInput("model", f"this hub embeds queries with {embedder.name} only")
     vector = (await embedder.embed([text]))[0]
     store = await docs.vectors()
-    found = await store.search(embedder.name, tenant_id, kb_id, vector, k)
-    return embedder.name, [_hit(h) for h in found]
+    found = await store.search(embedder.name, tenant_id, kb_id, vector, rules.pool_size(k))
+    ranked = rules.rerank(text, [h.text for h in found], [h.score for h in found], k)
+    return embedder.name, [_hit(found[r.index], r.score) for r in ranked]
 
 
-def _hit(hit: Hit) -> SearchHit:
+def _hit(hit: Hit, score: float) -> SearchHit:
     return SearchHit(
-        score=hit.score,
+        score=round(score, 6),
+        similarity=hit.score,
         document_id=hit.document_id,
         chunk_id=hit.chunk_id,
         chunk_index=hit.ordinal,
