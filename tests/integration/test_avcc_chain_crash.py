@@ -10,7 +10,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from aigc_hub.pipelines.avcc.models import avcc_log_leaves, evm_anchors
 from tests.support.avcc import apply, avcc_stack, noise_png, wait_status
 from tests.support.evm_node import EvmNode, rpc, running_node
 from tests.support.hubs import make_broker
+from tests.support.workers import worker_process
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUPS_BUT_CHAIN = ["avcc-review", "avcc-code", "avcc-embed"]
@@ -33,14 +33,7 @@ def evm() -> Iterator[EvmNode]:
 
 
 def chain_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "aigc_hub", "worker", "--group", "avcc-chain"],
-            env=env,
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    return worker_process("avcc-chain", env, log)
 
 
 @pytest.mark.parametrize("chain", ["log", "evm"])

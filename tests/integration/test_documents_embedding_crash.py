@@ -9,7 +9,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from aigc_hub.pipelines.documents.models import documents_chunks
 from aigc_hub.store.tables import inbox
 from tests.support.documents import documents_stack, submit, wait_ended
 from tests.support.hubs import make_broker
+from tests.support.workers import worker_process
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUPS_BUT_EMBEDDING = ["chunking-workers", "vector-storage-workers"]
@@ -29,14 +29,7 @@ SENTENCE = (
 
 
 def embedding_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "aigc_hub", "worker", "--group", "embedding-workers"],
-            env=env,
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    return worker_process("embedding-workers", env, log)
 
 
 @pytest.mark.parametrize("killed_at", ["documents.minilm.encode", "consumer.after_commit"])
