@@ -21,7 +21,8 @@ def test_the_chunk_holding_the_querys_words_outranks_a_nearer_paraphrase() -> No
 @pytest.mark.parametrize(
     ("query", "texts", "similarities", "k", "order"),
     [
-        ("tides", ["tides here", "no match"], [0.2, 0.9], 2, [1, 0]),  # meaning still counts
+        ("tides", ["tides a", "tides b"], [0.2, 0.9], 2, [1, 0]),  # same words: meaning decides
+        ("tides", ["tides here", "no match"], [0.2, 0.9], 2, [0, 1]),  # the words win
         ("", ["a", "b"], [0.1, 0.3], 2, [1, 0]),  # no words: cosine alone
         ("same", ["same", "same"], [0.5, 0.5], 2, [0, 1]),  # ties keep the store's order
         ("x", ["x", "y", "z"], [0.3, 0.2, 0.1], 1, [0]),  # only k come back
@@ -36,4 +37,5 @@ def test_rerank_table(
 
 def test_the_pool_is_wider_than_what_is_asked() -> None:
     assert rules.pool_size(3) == rules.MIN_POOL
-    assert rules.pool_size(100) == 500
+    assert rules.pool_size(30) == 600
+    assert rules.pool_size(100) == rules.MAX_POOL

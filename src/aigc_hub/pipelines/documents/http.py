@@ -136,7 +136,7 @@ class SearchAnswer(pydantic.BaseModel):
     summary="Search a knowledge base",
     description="Hybrid search: embeds `q`, takes the nearest chunks of your knowledge base "
     "by vector and ranks them by meaning and wording; answers the best `k` with `score` (the "
-    "rank: cosine similarity plus half the share of the query's words the chunk holds), "
+    "rank: cosine similarity plus twice the share of the query's words the chunk holds), "
     "`similarity` (the cosine alone), document, index and character offsets.",
 )
 async def search(

@@ -14,10 +14,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 #: How much the share of the query's words found in a chunk adds to its cosine similarity.
-LEXICAL_WEIGHT = 0.5
-#: Candidates fetched from the vector store per result asked for (at least ``MIN_POOL``).
-POOL_FACTOR = 5
-MIN_POOL = 50
+#: Measured on the 500-document test corpus (a sentence of each document as the query, the
+#: document's chunk wanted first): cosine alone 61 %; 300 candidates and weight 0.5: 93 %,
+#: 1.0: 95 %, 2.0: 97 % (3.0 no better).
+LEXICAL_WEIGHT = 2.0
+#: Candidates fetched from the vector store per result asked for, at least ``MIN_POOL`` and
+#: at most ``MAX_POOL`` (the stores' limit).
+POOL_FACTOR = 20
+MIN_POOL = 300
+MAX_POOL = 1000
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -36,7 +41,7 @@ def words(text: str) -> set[str]:
 
 def pool_size(k: int) -> int:
     """How many candidates to fetch by vector for ``k`` results."""
-    return max(k * POOL_FACTOR, MIN_POOL)
+    return min(max(k * POOL_FACTOR, MIN_POOL), MAX_POOL)
 
 
 def rerank(query: str, texts: Sequence[str], similarities: Sequence[float], k: int) -> list[Ranked]:
