@@ -24,7 +24,8 @@ async def wait_shared(
     unavailable: Callable[[str], Exception],
 ) -> T:
     """``work``'s result, or its exception; ``unavailable(why)`` raised when it was cancelled
-    or is not done within ``timeout_s`` (the future itself runs on)."""
+    or is not done within ``timeout_s`` (the future itself runs on). ``why`` reads after
+    the step's name: "was cancelled", "took longer than 10 s"."""
     loop = asyncio.get_running_loop()
     waiter: asyncio.Future[T] = loop.create_future()
 
@@ -32,7 +33,7 @@ async def wait_shared(
         if waiter.done():
             return
         if done.cancelled():
-            waiter.set_exception(unavailable("it was cancelled"))
+            waiter.set_exception(unavailable("was cancelled"))
         elif (exc := done.exception()) is not None:
             waiter.set_exception(exc)
         else:
@@ -49,4 +50,4 @@ async def wait_shared(
         async with asyncio.timeout(timeout_s):
             return await waiter
     except TimeoutError:
-        raise unavailable(f"it took longer than {timeout_s:g} s") from None
+        raise unavailable(f"took longer than {timeout_s:g} s") from None

@@ -371,6 +371,6 @@ async def _wait(work: concurrent.futures.Future[T], timeout_s: float, what: str)
 
     def unavailable(why: str) -> Exception:
         log.warning("moderation.unavailable", step=what, why=why)
-        return ModerationUnavailable(f"moderation {what}: {why}")
+        return ModerationUnavailable(f"moderation {what} {why}")
 
     return await wait_shared(work, timeout_s, unavailable)

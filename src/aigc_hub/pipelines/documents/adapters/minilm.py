@@ -202,6 +202,6 @@ async def _wait(work: concurrent.futures.Future[T], timeout_s: float, what: str)
 
     def unavailable(why: str) -> Exception:
         log.warning("documents.minilm_unavailable", step=what, why=why)
-        return EmbedderUnavailable(f"{what}: {why}")
+        return EmbedderUnavailable(f"{what} {why}")
 
     return await wait_shared(work, timeout_s, unavailable)
