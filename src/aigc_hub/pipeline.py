@@ -226,6 +226,9 @@ class Batching:
     max_records: int = 50
     #: ... or when its first record has waited this long (seconds).
     max_wait_s: float = 2.0
+    #: A record's rank, higher first: a batch is cut from the highest-ranked records waiting
+    #: (arrival order among equals). None: arrival order.
+    priority: Callable[[Envelope], int] | None = None
 
 
 @dataclass(frozen=True)
@@ -410,6 +413,7 @@ class PipelineBase:
         concurrency: int = 2,
         timeout: float | None = None,
         on_dead_letter: DeadLetterHook | None = None,
+        priority: Callable[[Envelope], int] | None = None,
     ) -> Callable[[BatchHandler], BatchHandler]:
         """Function decorator: run ``fn(items)`` as batch consumer group ``group``.
 
@@ -419,6 +423,8 @@ class PipelineBase:
         effect is still exactly once: its writes commit with its own inbox mark. Records of
         one key may share a batch or be in two batches at once, so per-key order does not
         hold here: use it where a record's effect does not depend on its key's previous one.
+        With ``priority(envelope)`` (higher first) a batch takes the highest-ranked of the
+        records waiting for it: under load, urgent records overtake the others in flight.
         """
 
         def register(fn: BatchHandler) -> BatchHandler:
@@ -430,7 +436,7 @@ class PipelineBase:
                     concurrency,
                     timeout,
                     self.name,
-                    batching=Batching(fn, max_records, max_wait_s),
+                    batching=Batching(fn, max_records, max_wait_s, priority),
                     on_dead_letter=on_dead_letter,
                 )
             )
@@ -607,6 +613,7 @@ class Pipeline(PipelineBase, Generic[S]):
         timeout: float | None = None,
         on_dead_letter: StateDeadLetterHook[S] | None = None,
         shape: Callable[[S], tuple[int, float]] | None = None,
+        priority: Callable[[Envelope], int] | None = None,
     ) -> Callable[[StateBatchHandler[S]], StateBatchHandler[S]]:
         """Like :meth:`batch_handler` for ``fn(state, items)``: the hub binds the state.
 
@@ -623,7 +630,7 @@ class Pipeline(PipelineBase, Generic[S]):
                     concurrency,
                     timeout,
                     self.name,
-                    batching=Batching(unbound, max_records, max_wait_s),
+                    batching=Batching(unbound, max_records, max_wait_s, priority),
                 )
             )
             self.state_batch_handlers[group] = fn

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from prometheus_client import REGISTRY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from aigc_hub.bootstrap import Hub
@@ -34,6 +35,8 @@ class Calls:
     """What the batch handler saw, and how it misbehaves."""
 
     sizes: list[int] = field(default_factory=list)
+    #: The ``n`` of each call's records, call by call.
+    batches: list[list[int]] = field(default_factory=list)
     #: Keys whose record fails alone (its own result is a PermanentError).
     poison: set[str] = field(default_factory=set)
     #: Keys that make a whole call fail while they share it with other records, as a vendor
@@ -44,7 +47,14 @@ class Calls:
     gate: asyncio.Event | None = None
 
 
-def batch_pipeline(calls: Calls, *, max_records: int, max_wait_s: float, slots: int) -> Pipeline:
+def batch_pipeline(
+    calls: Calls,
+    *,
+    max_records: int,
+    max_wait_s: float,
+    slots: int,
+    priority: Callable[[Envelope], int] | None = None,
+) -> Pipeline:
     p = Pipeline("effects")
     p.topic(TopicSpec(fx.TOPIC, 6, 7 * 86_400_000, pipeline="effects"))
     p.event(fx.EVENT, 1, topic=fx.TOPIC)(fx.EffectRequested)
@@ -60,9 +70,11 @@ def batch_pipeline(calls: Calls, *, max_records: int, max_wait_s: float, slots: 
         max_wait_s=max_wait_s,
         concurrency=slots,
         on_dead_letter=note_failure,
+        priority=priority,
     )
     async def write_effects(items: Sequence[tuple[Envelope, HandlerContext]]) -> BatchResults:
         calls.sizes.append(len(items))
+        calls.batches.append([int(env.payload["n"]) for env, _ in items])
         calls.in_flight += 1
         calls.most_in_flight = max(calls.most_in_flight, calls.in_flight)
         try:
@@ -174,6 +186,51 @@ async def test_no_more_than_concurrency_batches_run_at_once(
     assert calls.most_in_flight == 2
     # Records kept gathering while both slots were busy: the later batches are full.
     assert calls.sizes[2:] and all(size == 5 for size in calls.sizes[2:])
+
+
+def waiting_for_a_batch() -> float:
+    """The batch runtime's gauge of records waiting for a batch of this group."""
+    return REGISTRY.get_sample_value("aigc_hub_handler_batch_waiting", {"group": GROUP}) or 0.0
+
+
+async def test_a_batch_takes_the_most_urgent_records_waiting_first(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    gate = asyncio.Event()
+    calls = Calls(gate=gate)
+    urgent = range(100, 105)
+
+    def rank(env: Envelope) -> int:
+        return 1 if int(env.payload["n"]) in urgent else 0
+
+    pipeline = batch_pipeline(calls, max_records=5, max_wait_s=1.0, slots=1, priority=rank)
+    broker = make_broker("embedded", tmp_path)
+    async with hub_for(sqlite_url, broker, [pipeline]) as hub, running(hub):
+        await publish(hub, [fx.request(f"doc-{i}", i) for i in range(20)])
+
+        async def first_batch_held_the_rest_waiting() -> bool:
+            return calls.in_flight == 1 and waiting_for_a_batch() == 15
+
+        await wait_until(first_batch_held_the_rest_waiting, timeout=30)
+        # Urgent records arrive behind fifteen others while the only slot is busy.
+        await publish(hub, [fx.request(f"hot-{n}", n) for n in urgent])
+
+        async def urgent_ones_waiting_too() -> bool:
+            return waiting_for_a_batch() == 20
+
+        await wait_until(urgent_ones_waiting_too, timeout=30)
+        gate.set()
+
+        async def applied() -> bool:
+            return len(await fx.effect_rows(hub.engine)) == 25
+
+        await wait_until(applied, timeout=30)
+    assert calls.sizes == [5] * 5
+    assert max(calls.batches[0]) < 100
+    assert sorted(calls.batches[1]) == list(urgent)
+    rest = [n for batch in (calls.batches[0], *calls.batches[2:]) for n in batch]
+    assert sorted(rest) == list(range(20))
+    assert waiting_for_a_batch() == 0
 
 
 async def failure_facts(hub: Hub) -> list[str]:

@@ -133,6 +133,11 @@ BATCH_SIZE = Histogram(
     ["group"],
     buckets=(1, 2, 4, 8, 16, 32, 50, 64, 100, 128, 256),
 )
+BATCH_WAITING = Gauge(
+    "aigc_hub_handler_batch_waiting",
+    "Records of a batch consumer group waiting for a batch (grows while every call is busy).",
+    ["group"],
+)
 STREAM_BATCHES = Counter(
     "aigc_hub_stream_batches",
     "Batches of records handed to a stream group's handler (empty ticks not counted).",
@@ -205,6 +210,7 @@ ALL: tuple[MetricWrapperBase, ...] = (
     GROUPED_CALLS,
     STREAM_RECORDS,
     BATCH_SIZE,
+    BATCH_WAITING,
     STREAM_BATCHES,
     STREAM_BATCH_SECONDS,
     STREAM_FAILURES,

@@ -8,6 +8,10 @@ waited ``max_wait_s``, and runs at most ``concurrency`` handler calls at once (r
 gathering meanwhile, so batches grow under load). The handler's result per record goes back
 to that record's terminal: its events, or its own exception.
 
+With a priority (``Batching.priority``) a batch is cut from the highest-ranked records
+waiting, in arrival order among equals: records gather while every call is busy, so under
+load an urgent record overtakes the others fetched with it.
+
 A record whose handling failed before (an in-process retry or a delayed redelivery) is
 handled alone, as a batch of one: a poison record then fails only itself, and the others of
 the batch it spoiled succeed on their own retry (Spring Kafka's fallback from a failed batch
@@ -19,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.observability import metrics
@@ -28,6 +33,11 @@ from aigc_hub.runtime.context import HandlerContext
 log = logging.getLogger(__name__)
 
 _Waiting = tuple[Envelope, HandlerContext, "asyncio.Future[list[Envelope]]"]
+
+
+def _rank(priority: Callable[[Envelope], int]) -> Callable[[_Waiting], int]:
+    """The sort key putting higher-ranked records first."""
+    return lambda waiting: -priority(waiting[0])
 
 
 class Batcher:
@@ -54,6 +64,7 @@ class Batcher:
             return result
         future: asyncio.Future[list[Envelope]] = asyncio.get_running_loop().create_future()
         self._waiting.append((envelope, ctx, future))
+        metrics.BATCH_WAITING.labels(self.group).set(len(self._waiting))
         self._arrived.set()
         if len(self._waiting) >= self.batching.max_records:
             self._full.set()
@@ -72,6 +83,7 @@ class Batcher:
         for _env, _ctx, future in self._waiting:
             future.cancel()
         self._waiting.clear()
+        metrics.BATCH_WAITING.labels(self.group).set(0)
 
     async def _gather(self) -> None:
         while True:
@@ -85,9 +97,12 @@ class Batcher:
                     async with asyncio.timeout(self.batching.max_wait_s):
                         await self._full.wait()
             await self._slots.acquire()
+            if self.batching.priority is not None:  # list.sort is stable: equals keep order
+                self._waiting.sort(key=_rank(self.batching.priority))
             # Records that came while every slot was busy join this batch.
             batch = [w for w in self._waiting[: self.batching.max_records] if not w[2].done()]
             del self._waiting[: self.batching.max_records]
+            metrics.BATCH_WAITING.labels(self.group).set(len(self._waiting))
             if not batch:
                 self._slots.release()
                 continue

@@ -14,6 +14,7 @@ from typing import Literal
 
 import pydantic
 
+from aigc_hub.core.envelope import Envelope
 from aigc_hub.messaging.catalog import DAY_MS, TopicSpec
 from aigc_hub.pipeline import PipelineBase
 
@@ -44,6 +45,13 @@ TOPICS = (
 )
 
 Priority = Literal["normal", "high", "critical"]
+#: How urgent each priority is (higher first); an unknown one counts as normal.
+PRIORITY_RANK: dict[str, int] = {"normal": 0, "high": 1, "critical": 2}
+
+
+def priority_rank(env: Envelope) -> int:
+    """The rank of the priority ``env``'s payload carries (the embedding batches' order)."""
+    return PRIORITY_RANK.get(str(env.payload.get("priority", "normal")), 0)
 
 
 class DocumentUploaded(pydantic.BaseModel):
@@ -69,7 +77,7 @@ class DocumentUploaded(pydantic.BaseModel):
 class ChunkCreated(pydantic.BaseModel):
     """§3.3 ``ChunkCreatedEvent``: one chunk of a document, ready for embedding. Ours beside
     the seed's fields: the task, the chunk's offsets in the parsed text and its token count,
-    and the priority (the embedding batches take higher priorities first)."""
+    and the priority (an embedding batch takes the most urgent chunks waiting first)."""
 
     parentDocumentId: str
     chunkId: str

@@ -68,6 +68,7 @@ pipeline.batch_handler_with_state(
     concurrency=2,
     timeout=600,
     shape=_batch_shape,
+    priority=events.priority_rank,
 )(embedding.on_chunks)
 pipeline.batch_handler_with_state(
     "vector-storage-workers",

@@ -245,6 +245,7 @@ async def delete_document(docs: Documents, *, tenant_id: str, document_id: str) 
                 TaskStatus.DELETED,
                 cause="deleted",
                 at=now,
+                outbox=hub.outbox,
                 values={"stage": "deleted"},
             )
             await conn.execute(

@@ -82,6 +82,7 @@ async def on_request(docs: Documents, env: Envelope, ctx: HandlerContext) -> lis
                 TaskStatus.COMPLETED,
                 cause="analysed",
                 at=now,
+                outbox=docs.hub.outbox,
                 values={
                     "progress": 100,
                     "stage": f"completed: {report.verdict}",

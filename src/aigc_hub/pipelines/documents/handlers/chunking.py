@@ -112,11 +112,14 @@ async def on_uploaded(docs: Documents, env: Envelope, ctx: HandlerContext) -> li
             await conn.execute(documents_chunks.delete().where(chunks_of))
             await conn.execute(documents_chunks.insert(), rows)
         cause = "retried" if task.status is TaskStatus.FAILED else "chunked"
+        outbox = docs.hub.outbox
         moved = await records.move_task(
-            conn, task, TaskStatus.PROCESSING, cause=cause, at=now, values=values
+            conn, task, TaskStatus.PROCESSING, cause=cause, at=now, outbox=outbox, values=values
         )
         if done:
-            await records.move_task(conn, moved, TaskStatus.COMPLETED, cause="chunked", at=now)
+            await records.move_task(
+                conn, moved, TaskStatus.COMPLETED, cause="chunked", at=now, outbox=outbox
+            )
         return list(out)
 
     ctx.write(write)
@@ -142,6 +145,7 @@ async def on_dead_letter(
             TaskStatus.FAILED,
             cause="dead-lettered",
             at=docs.hub.clock.now_ms(),
+            outbox=docs.hub.outbox,
             values={
                 "stage": "failed",
                 "error_reason": str(reason)[:40],

@@ -99,6 +99,7 @@ def _progress(docs: Documents, e: events.EmbeddingGenerated, stored: int) -> Wri
                 conn,
                 task.id,
                 now,
+                outbox=docs.hub.outbox,
                 chunks_stored=stored_now,
                 progress=max(progress, int(task.row["progress"])),
                 stage=f"stored {stored_now} of {total} chunks",
@@ -117,9 +118,13 @@ def _progress(docs: Documents, e: events.EmbeddingGenerated, stored: int) -> Wri
                     analysis_status="pending",
                     updated_at=now,
                 )
-                .returning(t.c.id)
+                .returning(t)
             )
-            return [_analysis_request(e, task.tenant_id, now)] if asked.first() else []
+            row = asked.mappings().first()
+            if row is None:
+                return []
+            note = records.notification(row, None, now, kind="progress")
+            return [note, _analysis_request(e, task.tenant_id, now)]
         # Another batch of the same document may have completed it first.
         with contextlib.suppress(StaleTransition):
             await records.move_task(
@@ -128,6 +133,7 @@ def _progress(docs: Documents, e: events.EmbeddingGenerated, stored: int) -> Wri
                 TaskStatus.COMPLETED,
                 cause="stored",
                 at=now,
+                outbox=docs.hub.outbox,
                 values={
                     "chunks_stored": total,
                     "progress": 100,
