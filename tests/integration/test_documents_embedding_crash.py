@@ -1,23 +1,30 @@
 """The embedding worker SIGKILLed and restarted: ``aigc-hub worker --group embedding-workers``
-processes on the test's SQLite database and embedded log, the first killed by a failpoint
-(in the middle of a batch's model call, or right after a batch committed and before its
-offsets did), the second finishing. No chunk is lost and none has two vectors."""
+processes, the first killed by a failpoint (in the middle of a batch's model call, or right
+after a batch committed and before its offsets did), the second finishing. No chunk is lost
+and none has two vectors: on embedded defaults (SQLite, the embedded log, vectors in
+SQLite) and on the scale profile (PostgreSQL, Kafka (Tansu), Redis, vectors in pgvector)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
+from aigc_hub.cache.redis import RedisCache
+from aigc_hub.messaging.base import Broker
 from aigc_hub.pipelines.documents.models import documents_chunks
 from aigc_hub.store.tables import inbox
 from tests.support.documents import documents_stack, submit, wait_ended
 from tests.support.hubs import make_broker
+from tests.support.redis_dbs import private_redis_url
 from tests.support.workers import worker_process
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,27 +39,88 @@ def embedding_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     return worker_process("embedding-workers", env, log)
 
 
+def _pairs(settings: object) -> str:
+    return ",".join(f"{k}={v}" for k, v in dict(settings).items())  # type: ignore[call-overload]
+
+
+@dataclass
+class Profile:
+    """Where the test's hub and the worker processes keep everything."""
+
+    db_url: str
+    vectors_url: str
+    broker: Broker
+    env: dict[str, str]
+    hub_options: dict[str, object] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def profile_of(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Profile]:
+    """The embedded defaults or the scale profile (its fixtures asked for only then)."""
+    if name == "embedded":
+        db_url = request.getfixturevalue("sqlite_url")
+        yield Profile(
+            db_url,
+            f"sqlite:///{tmp_path / 'vectors.db'}",
+            make_broker("embedded", tmp_path),
+            {"AIGC_HUB_BROKER": "embedded", "AIGC_HUB_LOG_PATH": str(tmp_path / "log.db")},
+        )
+        return
+    db_url = request.getfixturevalue("pg_url")
+    kafka = request.getfixturevalue("kafka_endpoint")
+    redis_url = private_redis_url("documents-stack")
+    cache = RedisCache.from_url(redis_url)
+    yield Profile(
+        db_url,
+        request.getfixturevalue("pgvector_url"),
+        kafka.broker(),
+        {
+            "AIGC_HUB_BROKER": "kafka",
+            "AIGC_HUB_KAFKA_BOOTSTRAP": kafka.bootstrap,
+            "AIGC_HUB_KAFKA_CONSUMER_CONFIG": _pairs(kafka.consumer_settings),
+            "AIGC_HUB_KAFKA_PRODUCER_CONFIG": _pairs(kafka.producer_settings),
+            "AIGC_HUB_REDIS_URL": redis_url,
+        },
+        {"cache": cache},
+    )
+
+
+@pytest.mark.parametrize(
+    "profile",
+    [
+        "embedded",
+        pytest.param("scale", marks=[pytest.mark.postgres, pytest.mark.kafka, pytest.mark.redis]),
+    ],
+)
 @pytest.mark.parametrize("killed_at", ["documents.minilm.encode", "consumer.after_commit"])
 async def test_an_embedding_worker_killed_mid_batch_loses_no_chunk_and_doubles_no_vector(
-    sqlite_url: str, tmp_path: Path, killed_at: str
+    request: pytest.FixtureRequest, tmp_path: Path, killed_at: str, profile: str
 ) -> None:
-    vectors_url = f"sqlite:///{tmp_path / 'vectors.db'}"
+    with profile_of(profile, request, tmp_path) as where:
+        await _kill_and_restart(where, tmp_path, killed_at)
+
+
+async def _kill_and_restart(where: Profile, tmp_path: Path, killed_at: str) -> None:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), str(ROOT)])),
-        "AIGC_HUB_BROKER": "embedded",
-        "AIGC_HUB_DATABASE_URL": sqlite_url,
-        "AIGC_HUB_LOG_PATH": str(tmp_path / "log.db"),
+        "AIGC_HUB_DATABASE_URL": where.db_url,
         "AIGC_HUB_DATA_DIR": str(tmp_path / "worker"),
         "AIGC_HUB_PIPELINES": "documents",
-        "AIGC_HUB_DOCS_VECTORS_URL": vectors_url,
+        "AIGC_HUB_DOCS_VECTORS_URL": where.vectors_url,
         "AIGC_HUB_DOCS_EMBED_BATCH": "8",
         "AIGC_HUB_DOCS_EMBED_WAIT_S": "0.2",
+        **where.env,
     }
     log = tmp_path / "worker.log"
-    broker = make_broker("embedded", tmp_path)
     async with documents_stack(
-        sqlite_url, broker, tmp_path, groups=GROUPS_BUT_EMBEDDING, embed_batch=8
+        where.db_url,
+        where.broker,
+        tmp_path,
+        groups=GROUPS_BUT_EMBEDDING,
+        hub_options=where.hub_options,
+        embed_batch=8,
+        vectors_url=where.vectors_url,
     ) as stack:
         key = await stack.tenant("studio")
         async with stack.client(key) as client:
