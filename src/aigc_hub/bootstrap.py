@@ -12,14 +12,14 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import TypeVar, cast
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from aigc_hub import plugins
 from aigc_hub.blobs.base import BlobStore
 from aigc_hub.cache.base import Cache
 from aigc_hub.cache.leadership import CacheLeaderLeases
 from aigc_hub.cache.memory import MemoryCache
-from aigc_hub.core.clock import SystemClock
+from aigc_hub.core.clock import Clock, SystemClock
 from aigc_hub.core.errors import ConfigurationError
 from aigc_hub.hub_config import HubConfig
 from aigc_hub.messaging.base import Broker
@@ -48,6 +48,7 @@ from aigc_hub.reliability.relay import Relay
 from aigc_hub.reliability.scanners import LeaderLeases, Scanner, ScannerRunner, default_owner
 from aigc_hub.runtime.committer import Committer
 from aigc_hub.runtime.consumer import ConsumerGroupRuntime, RuntimeDeps
+from aigc_hub.runtime.decoding import JSON_ENVELOPES, RecordDecoder
 from aigc_hub.runtime.stream import STOP_GRACE_S, StreamRuntime
 from aigc_hub.schemas.registry import SchemaRegistry
 from aigc_hub.settings import Settings
@@ -123,6 +124,7 @@ class Hub:
             in_process=config.in_process,
             delayed=config.delayed,
             failpoints=self.failpoints,
+            decoder=_record_decoder(engine, self.clock, self.pipelines),
         )
         self.concurrency = config.concurrency
         self.middleware = tuple(config.middleware)
@@ -422,3 +424,16 @@ def make_broker(settings: Settings) -> Broker:
     from aigc_hub.messaging.embedded import EmbeddedBroker
 
     return EmbeddedBroker(settings.resolved_log_path())
+
+
+def _record_decoder(
+    engine: AsyncEngine, clock: Clock, pipelines: Sequence[PipelineBase]
+) -> RecordDecoder:
+    """JSON envelopes, and Avro on the topics pipelines declared (their registry lookups)."""
+    bindings = [binding for p in pipelines for binding in p.avro_topics]
+    if not bindings:
+        return JSON_ENVELOPES
+    from aigc_hub.schemas.avro_envelopes import AvroEnvelopes
+    from aigc_hub.schemas.avro_registry.store import AvroRegistry
+
+    return AvroEnvelopes(AvroRegistry(engine, clock), bindings)

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from aigc_hub.messaging.base import Record
     from aigc_hub.reliability.scanners import Scanner
     from aigc_hub.runtime.context import HandlerContext
+    from aigc_hub.schemas.avro_envelopes import AvroBinding
     from aigc_hub.settings import Settings
 
 #: A consumer handler: does its outside work, stages its writes on ``ctx``, returns events.
@@ -317,6 +318,9 @@ class PipelineBase:
     up_hooks: list[UpHook] = field(default_factory=list)
     #: Path prefixes (under ``/v1``) whose bodies may pass the API's body limit: uploads.
     body_limits: list[tuple[str, BodyLimitOf]] = field(default_factory=list)
+    #: Its topics that may carry Confluent-wire Avro records from producers outside the hub,
+    #: read with the schema registry (:mod:`aigc_hub.schemas.avro_envelopes`).
+    avro_topics: list[AvroBinding] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not _ALIAS.fullmatch(self.short_name):

@@ -13,7 +13,6 @@ import copy
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -32,17 +31,17 @@ from aigc_hub.core.errors import RetryableError
 from aigc_hub.interfaces.http.app import create_app
 from aigc_hub.interfaces.http.schema_registry import PREFIX
 from aigc_hub.messaging.memory import MemoryBroker
+from aigc_hub.pipelines.documents.avro import DOCUMENT_UPLOADED
 from aigc_hub.reliability import audit
 from aigc_hub.schemas.avro_registry import rows
 from aigc_hub.schemas.avro_registry import tables as registry_tables
 from tests.support.hubs import hub_for
 from tests.support.served import serve
 
-AVSC = Path(__file__).resolve().parents[1] / "fixtures" / "avro" / "document-uploaded.avsc"
 TOPIC = "documents.uploaded"
 SUBJECT = f"{TOPIC}-value"  # the serializers' default (TopicNameStrategy)
 #: seed 003 §9's schema as written (v2.1, with ``aiAnalysisRequired``, default true)
-V21: dict[str, Any] = json.loads(AVSC.read_text())
+V21: dict[str, Any] = DOCUMENT_UPLOADED
 
 
 def without(schema: dict[str, Any], field: str) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from aigc_hub.reliability.redelivery import Parked, ParkRequest, RedeliveryStore
 from aigc_hub.runtime.batching import Batcher
 from aigc_hub.runtime.committer import Always, CommitStatus, Committer, Outcome
 from aigc_hub.runtime.context import HandlerContext
+from aigc_hub.runtime.decoding import JSON_ENVELOPES, RecordDecoder
 from aigc_hub.runtime.failures import FailureRouter
 from aigc_hub.runtime.lanes import Lanes
 from aigc_hub.runtime.middleware import Middleware, compose
@@ -85,6 +86,8 @@ class RuntimeDeps:
     in_process: RetryPolicy = IN_PROCESS
     delayed: RetryPolicy = DELAYED
     failpoints: Failpoints = NONE
+    #: Record bytes → envelope: JSON envelopes, and the wire formats pipelines declared.
+    decoder: RecordDecoder = JSON_ENVELOPES
 
 
 @dataclass
@@ -252,7 +255,7 @@ class ConsumerGroupRuntime:
         items: list[_Item] = []
         for rec in records:
             try:
-                env = Envelope.from_bytes(rec.value)
+                env = await self.deps.decoder.envelope(rec.topic, rec.value)
                 items.append(_Item(rec, env))
             except HubError as exc:
                 items.append(_Item(rec, None, decode_error=exc))
@@ -420,7 +423,7 @@ class ConsumerGroupRuntime:
                 if assigned and TopicPartition(row.topic, row.partition) not in assigned:
                     continue  # another member owns this key's partition now
                 self._in_timer.add(row.seq)
-                self._enqueue(self._item_from_parked(row))
+                self._enqueue(await self._item_from_parked(row))
             # Settled before this scan began: every later read sees it.
             self._settled_heads = {
                 seq: settled for seq, settled in self._settled_heads.items() if settled[1] >= scan
@@ -444,10 +447,11 @@ class ConsumerGroupRuntime:
         settled = self._settled_heads.get(row.seq)
         return settled is not None and settled[0] == row.attempts
 
-    def _item_from_parked(self, row: Parked) -> _Item:
+    async def _item_from_parked(self, row: Parked) -> _Item:
         record = Record(row.topic, row.partition, row.offset, row.key, row.value, row.headers, 0)
         try:
-            env: Envelope | None = Envelope.from_bytes(row.value).with_attempt(row.attempts)
+            decoded = await self.deps.decoder.envelope(row.topic, row.value)
+            env: Envelope | None = decoded.with_attempt(row.attempts)
         except HubError:
             env = None
         return _Item(record, env, redelivery=row)

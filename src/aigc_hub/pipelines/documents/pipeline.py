@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from aigc_hub.pipeline import Pipeline
 
-from . import dlq_http, events, http, models, up
+from . import avro, dlq_http, events, http, models, up
 from .handlers import analysis, chunking, embedding, storage
 from .settings import DocumentsSettings
 from .state import NAME, Documents, build_state
@@ -40,6 +40,8 @@ pipeline = Pipeline(
     migrations=None,
 )
 events.register(pipeline)
+# Uploads may come as Avro from producers outside the hub (seed 003 §9).
+pipeline.avro_topics.append(avro.UPLOADED)
 pipeline.routers += [http.kb_router, http.tasks_router]
 # The seed's DLQ management API (§6.3) at its own path, over the backbone's one DLQ.
 pipeline.root_routers += [dlq_http.router]
