@@ -200,3 +200,47 @@ async def test_an_avro_record_of_an_unknown_schema_or_a_bad_body_is_dead_lettere
         assert letter.error_class == "EnvelopeError"
         assert letter.attempts == 1  # not retried: the same bytes never decode
         assert letter.value[:1] == b"\x00"  # kept as sent, for a look or a fixed replay
+
+
+async def test_an_avro_upload_that_failed_in_its_handler_is_replayed_after_the_fix(
+    pg_url: str,
+    kafka_endpoint: KafkaEndpoint,
+    tmp_path: Path,
+    registries: Callable[[DocumentsStack, str], SchemaRegistryClient],
+) -> None:
+    async with documents_stack(
+        pg_url, kafka_endpoint.broker(), tmp_path, groups=["chunking-workers"]
+    ) as stack:
+        admin = await tenancy.create_admin_key(stack.hub.engine)
+        tenant, key = await tenancy.create_tenant(stack.hub.engine, "studio")
+        record = await _uploaded_by_another_service(stack, tenant.id)
+        # The other service names a file it never stored: chunking cannot read it.
+        record["storageKey"] += ".lost"
+        serialize = AvroSerializer(registries(stack, admin), json.dumps(DOCUMENT_UPLOADED))
+        value = await asyncio.to_thread(
+            serialize, record, SerializationContext(TOPIC, MessageField.VALUE)
+        )
+        assert value is not None
+        await asyncio.to_thread(_produce, kafka_endpoint, [(record["documentId"], value)])
+        flt = DeadLetterFilter(consumer="chunking-workers", topic=TOPIC)
+
+        async def dead_lettered() -> bool:
+            return await stack.hub.dlq.count(flt) == 1
+
+        await wait_until(dead_lettered, timeout=60)
+        [letter] = await stack.hub.dlq.list(flt)
+        async with stack.client(key) as client:
+            failed = (await client.get(f"/v1/documents/tasks/{record['taskId']}")).json()
+            # The fix: the file is stored where the record says; the dead letter replayed.
+            await stack.docs.store.put(record["storageKey"], TEXT.encode(), "text/markdown")
+            await stack.hub.dlq.replay(letter.id, actor="operator")
+
+            async def chunked() -> bool:
+                task = (await client.get(f"/v1/documents/tasks/{record['taskId']}")).json()
+                return bool(task["status"] == "processing" and task["chunks_total"])
+
+            await wait_until(chunked, timeout=60)
+    assert failed["status"] == "failed" and letter.error_class == "BlobNotFound"
+    # Kept as the envelope it was read as: the dead-letter store replays JSON envelopes.
+    replayed = letter.envelope()
+    assert replayed is not None and replayed.payload["storageKey"] == record["storageKey"]

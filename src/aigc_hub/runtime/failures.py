@@ -125,7 +125,7 @@ class FailureRouter:
             key=record.key,
             consumer=ctx.consumer,
             pipeline=ctx.pipeline,
-            value=record.value,
+            value=_replayable(record.value, envelope),
             headers=record.headers,
             error_class=type(error).__name__,
             error_message=str(error),
@@ -159,3 +159,12 @@ class FailureRouter:
         elif head is not None:
             self.on_parked(key)
         return HandlingOutcome.DEAD_LETTERED
+
+
+def _replayable(value: bytes, envelope: Envelope | None) -> bytes:
+    """What a dead letter keeps: the record's bytes as sent, except a record decoded from
+    another wire format (Avro from an outside producer) keeps its envelope as JSON, so the
+    dead-letter store (which reads JSON envelopes only) can replay it after a fix."""
+    if envelope is not None and not value.lstrip().startswith(b"{"):
+        return envelope.to_bytes()
+    return value
