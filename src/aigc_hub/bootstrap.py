@@ -291,6 +291,8 @@ class Hub:
                 started = self.started[pipeline.name] = pipeline.start(self, settings)
                 for check in started.admission:
                     self.gate.add_check(pipeline.name, check)
+        # A group the settings leave out (an optional model's) has no lag to watch.
+        self.lag.groups = self._watched_groups()
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncConnection]:
@@ -322,6 +324,13 @@ class Hub:
         groups alike), and optionally the scanners and the lag monitor, until ``stop`` is set."""
         specs = [s for s in self.handler_specs if groups is None or s.group in groups]
         streams = [s for s in self.stream_specs if groups is None or s.group in groups]
+        running = {s.group for s in specs} | {s.group for s in streams}
+        missing = sorted(set(groups or ()) - running)
+        if missing:
+            raise ConfigurationError(
+                f"consumer group(s) {', '.join(missing)} not enabled by this hub's settings "
+                "(a group of an optional model runs only when that model is configured)"
+            )
         tasks = (
             [asyncio.create_task(r.run(stop), name="relay") for r in self.relays()] if relay else []
         )

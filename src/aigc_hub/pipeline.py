@@ -495,6 +495,8 @@ class Pipeline(PipelineBase, Generic[S]):
     state_batch_shapes: dict[str, Callable[[S], tuple[int, float]]] = field(default_factory=dict)
     #: Dead-letter hooks of state handlers' groups, bound at :meth:`start`.
     state_dead_letter_hooks: dict[str, StateDeadLetterHook[S]] = field(default_factory=dict)
+    #: Groups that run only when the state says so (an optional model's), asked at :meth:`start`.
+    state_enabled: dict[str, Callable[[S], bool]] = field(default_factory=dict)
 
     @property
     def key(self) -> StateKey[S]:
@@ -520,7 +522,11 @@ class Pipeline(PipelineBase, Generic[S]):
                 raise TypeError(f"pipeline {self.name!r} uses state but declares no factory")
             return super().start(hub, settings)
         state = self.state(hub, settings)
-        handlers = [self._bind(spec, state) for spec in self.handlers]
+        handlers = [
+            self._bind(spec, state)
+            for spec in self.handlers
+            if spec.group not in self.state_enabled or self.state_enabled[spec.group](state)
+        ]
         scanners: list[ScannerFactory] = [
             *self.scanners,
             *(_bound_scanner(factory, state) for factory in self.state_scanners),
@@ -618,11 +624,14 @@ class Pipeline(PipelineBase, Generic[S]):
         on_dead_letter: StateDeadLetterHook[S] | None = None,
         shape: Callable[[S], tuple[int, float]] | None = None,
         priority: Callable[[Envelope], int] | None = None,
+        enabled: Callable[[S], bool] | None = None,
     ) -> Callable[[StateBatchHandler[S]], StateBatchHandler[S]]:
         """Like :meth:`batch_handler` for ``fn(state, items)``: the hub binds the state.
 
         ``shape(state)``, when given, is the batches' ``(max_records, max_wait_s)`` read from
-        the state (its settings) at hub start, in place of the declared ones."""
+        the state (its settings) at hub start, in place of the declared ones. With
+        ``enabled(state)`` the group exists in a hub only when it answers true (a group for
+        an optional model: unset, nothing consumes for it)."""
 
         def register(fn: StateBatchHandler[S]) -> StateBatchHandler[S]:
             unbound = _unbound_batch(self.name, group)
@@ -640,6 +649,8 @@ class Pipeline(PipelineBase, Generic[S]):
             self.state_batch_handlers[group] = fn
             if shape is not None:
                 self.state_batch_shapes[group] = shape
+            if enabled is not None:
+                self.state_enabled[group] = enabled
             if on_dead_letter is not None:
                 self.state_dead_letter_hooks[group] = on_dead_letter
             return fn

@@ -2,7 +2,7 @@
 
 The twins of ``/v1/knowledge-bases`` and ``/v1/documents``: ``submit`` (upload a file;
 ``--wait`` follows it), ``wait`` (a progress bar until the task ends), ``status``, ``list``,
-``search`` and ``delete``.
+``search``, ``delete`` and ``reprocess`` (re-embed a knowledge base's history).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import mimetypes
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -131,11 +132,16 @@ def search(
     query: Annotated[str, typer.Argument(help="What to look for.")],
     kb: Kb,
     k: Annotated[int, typer.Option("-k", min=1, max=100, help="How many chunks.")] = 5,
+    model: Annotated[
+        str | None, typer.Option(help="The embedding model version (default: the first).")
+    ] = None,
     url: ApiUrl = kit.DEFAULT_API_URL,
     api_key: ApiKey = "",
 ) -> None:
     """The chunks of the knowledge base nearest QUERY, best first."""
-    params = {"q": query, "k": k}
+    params: dict[str, str | int] = {"q": query, "k": k}
+    if model:
+        params["model"] = model
     kit.show_json(kit.call_api("GET", url, f"/knowledge-bases/{kb}/search", api_key, params=params))
 
 
@@ -147,3 +153,40 @@ def delete(
 ) -> None:
     """Delete a document with its chunks, vectors and file."""
     kit.show_json(kit.call_api("DELETE", url, f"/documents/{document_id}", api_key))
+
+
+@app.command()
+def reprocess(
+    kb: Kb,
+    since: Annotated[
+        str | None,
+        typer.Option(help="Only documents uploaded since this time (ISO 8601, e.g. 2026-12-01)."),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="The model version to re-embed with (default: every one the hub has)."),
+    ] = None,
+    url: ApiUrl = kit.DEFAULT_API_URL,
+    api_key: ApiKey = "",
+) -> None:
+    """Re-embed the knowledge base's completed documents; prints the run (its chunk count)."""
+    body: dict[str, str] = {}
+    if since is not None:
+        try:
+            body["since"] = datetime.fromisoformat(since).isoformat()
+        except ValueError:
+            kit.fail(
+                f"--since {since!r}: use an ISO 8601 time, e.g. 2026-12-01 or 2026-12-01T08:00Z"
+            )
+    if model:
+        body["model"] = model
+    run = kit.call_api(
+        "POST",
+        url,
+        f"/knowledge-bases/{kb}/reprocess",
+        api_key,
+        json=body,
+        # A retry of this very command is the same run.
+        headers={"Idempotency-Key": str(uuid.uuid4())},
+    )
+    kit.show_json(run)

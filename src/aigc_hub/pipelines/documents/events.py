@@ -92,6 +92,11 @@ class ChunkCreated(pydantic.BaseModel):
     endOffset: int
     tokens: int
     priority: Priority = "normal"
+    #: Set when a reprocessing run re-sends a stored chunk (its run id): the chunk's task
+    #: is done already and stays so; its vector is replaced.
+    reprocessRun: str | None = None
+    #: The model version the run re-embeds with; None: every one this hub embeds with.
+    targetModel: str | None = None
 
 
 class EmbeddingGenerated(pydantic.BaseModel):
@@ -113,6 +118,8 @@ class EmbeddingGenerated(pydantic.BaseModel):
     startOffset: int
     endOffset: int
     content: str
+    #: The reprocessing run that re-embedded the chunk, if one did.
+    reprocessRun: str | None = None
 
 
 class AnalysisRequested(pydantic.BaseModel):

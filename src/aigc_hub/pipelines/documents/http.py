@@ -4,6 +4,7 @@ submit a document to a knowledge base, follow its task, search, delete.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -13,7 +14,7 @@ from fastapi import APIRouter, Depends, File, Form, Query, Request, Response, Up
 from aigc_hub.interfaces.http import kit
 from aigc_hub.interfaces.http.kit import FoldedIdempotency, IdempotentRoute, Problem
 
-from . import services
+from . import reprocessing, services
 from .adapters.embedder import EmbedderMissing
 from .parsing import DocumentTooLarge, UnsupportedFormat
 from .state import STATE, Documents
@@ -123,6 +124,66 @@ async def list_documents(
     return TaskPage(items=items, next_before=items[-1].created_at if more else None)
 
 
+class ReprocessRequest(pydantic.BaseModel):
+    """Which documents to re-embed, and by which model version."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    since: datetime | None = pydantic.Field(
+        None,
+        description="only documents uploaded at or after this time (ISO 8601; without a "
+        "zone, UTC); all when absent",
+    )
+    model: str | None = pydantic.Field(
+        None,
+        description="the model version to re-embed with (a search answer's `model`); every "
+        "one this hub embeds with when absent",
+    )
+
+
+@kb_router.post(
+    "/{kb}/reprocess",
+    status_code=202,
+    response_model=reprocessing.ReprocessRun,
+    summary="Re-embed a knowledge base",
+    description="Re-runs embedding for your completed documents of the knowledge base "
+    "(uploaded since `since`, if given): their stored chunks go to the embedding workers "
+    "again, marked with the run; each vector is replaced in place (one per model version "
+    "and chunk), the tasks stay completed. For a new model version, or an A/B test's second "
+    "one catching up on history. Requires Idempotency-Key: a resend is the same run.",
+    responses={422: {"description": "a field is invalid (named in `errors`)"}},
+)
+async def reprocess(
+    kb: str,
+    body: ReprocessRequest,
+    who: kit.LimitedTenant,
+    idem: FoldedIdempotency,
+    docs: DocumentsState,
+) -> Response:
+    assert who.tenant_id is not None
+    since = body.since
+    if since is not None and since.tzinfo is None:
+        since = since.replace(tzinfo=UTC)
+    run = await reprocessing.reprocess(
+        docs,
+        tenant_id=who.tenant_id,
+        kb_id=kb,
+        run_id=reprocessing.run_id_of(who.tenant_id, idem.key),
+        since_ms=None if since is None else int(since.timestamp() * 1000),
+        model=body.model,
+        before_commit=idem.hook(_queued),
+    )
+    return idem.stored if idem.stored is not None else _queued(run)
+
+
+def _queued(run: reprocessing.ReprocessRun) -> Response:
+    return Response(
+        content=orjson.dumps(run.model_dump(mode="json")),
+        status_code=202,
+        media_type="application/json",
+    )
+
+
 class SearchAnswer(pydantic.BaseModel):
     """What a search found, best first, and the model version that embedded the query."""
 
@@ -137,7 +198,8 @@ class SearchAnswer(pydantic.BaseModel):
     description="Hybrid search: embeds `q`, takes the nearest chunks of your knowledge base "
     "by vector and ranks them by meaning and wording; answers the best `k` with `score` (the "
     "rank: cosine similarity plus twice the share of the query's words the chunk holds), "
-    "`similarity` (the cosine alone), document, index and character offsets.",
+    "`similarity` (the cosine alone), document, index and character offsets. `model` names "
+    "the embedding model version to search (an A/B test's second one); default the first.",
 )
 async def search(
     kb: str,

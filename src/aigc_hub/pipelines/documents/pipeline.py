@@ -72,6 +72,17 @@ pipeline.batch_handler_with_state(
     shape=_batch_shape,
     priority=events.priority_rank,
 )(embedding.on_chunks)
+# An A/B test's second model version (AIGC_HUB_DOCS_AB_EMBEDDER): its own group, its own
+# vector namespace; absent unless configured.
+pipeline.batch_handler_with_state(
+    "embedding-workers-b",
+    [events.CHUNKS_TOPIC],
+    concurrency=2,
+    timeout=600,
+    shape=_batch_shape,
+    priority=events.priority_rank,
+    enabled=lambda docs: docs.ab_embedder is not None,
+)(embedding.on_chunks_b)
 pipeline.batch_handler_with_state(
     "vector-storage-workers",
     [events.EMBEDDINGS_TOPIC],

@@ -286,7 +286,8 @@ async def search(
     (:func:`rules.rerank`).
 
     ``model`` names an embedding model version (a vector namespace); None is the one this
-    hub embeds with. Another version can only be searched when this hub embeds with it.
+    hub embeds with. Another version can only be searched when this hub embeds with it too
+    (an A/B test's second version).
     """
     check_kb(kb_id)
     text = query.strip()
@@ -294,9 +295,10 @@ async def search(
         raise InvalidInput("q", "the query is empty")
     if not 1 <= k <= 100:
         raise InvalidInput("k", "k is 1-100")
-    embedder = docs.embedder
-    if model is not None and model != embedder.name:
-        raise InvalidInput("model", f"this hub embeds queries with {embedder.name} only")
+    embedder = docs.embedder_named(model)
+    if embedder is None:
+        known = ", ".join(e.name for e in (docs.embedder, docs.ab_embedder) if e is not None)
+        raise InvalidInput("model", f"this hub embeds with {known}; {model!r} is not one of them")
     vector = (await embedder.embed([text]))[0]
     store = await docs.vectors()
     found = await store.search(embedder.name, tenant_id, kb_id, vector, rules.pool_size(k))

@@ -40,6 +40,12 @@ class DocumentsSettings(BaseSettings):
         description="`minilm`: all-MiniLM-L6-v2 in process (the `ml` extra); `openai`: an "
         "OpenAI-compatible embeddings API",
     )
+    ab_embedder: Literal["", "minilm", "openai"] = Field(
+        "",
+        description="a second embedding model version run beside the first (an A/B test): "
+        "its own consumer group `embedding-workers-b` fills its own vector namespace, and "
+        "search names it with `model=`; empty: none",
+    )
     openai_base_url: str = Field(
         "https://api.openai.com/v1", description="base URL of the OpenAI-compatible API"
     )

@@ -41,6 +41,9 @@ class Documents:
     data_dir: Path = Path("var")
     #: Given by a test or an embedder; else made from the settings on first use.
     analyzer_override: Analyzer | None = None
+    #: The A/B test's second model version (``AIGC_HUB_DOCS_AB_EMBEDDER``); made from the
+    #: settings unless given.
+    ab_embedder: Embedder | None = None
     backpressure: Backpressure = field(init=False)
     _analyzer: Analyzer | None = field(default=None, init=False, repr=False)
     _splitter: Splitter | None = field(default=None, init=False, repr=False)
@@ -50,6 +53,23 @@ class Documents:
     def __post_init__(self) -> None:
         self.backpressure = Backpressure(self.hub, self.settings)
         self._analyzer = self.analyzer_override
+        if self.ab_embedder is None and self.settings.ab_embedder:
+            self.ab_embedder = make_embedder(
+                self.settings, self.hub.failpoints, kind=self.settings.ab_embedder
+            )
+        if self.ab_embedder is not None and self.ab_embedder.name == self.embedder.name:
+            raise ConfigurationError(
+                f"AIGC_HUB_DOCS_AB_EMBEDDER names the model already embedding "
+                f"({self.embedder.name}): choose another model version for the A/B test"
+            )
+
+    def embedder_named(self, model: str | None) -> Embedder | None:
+        """The embedder of model version ``model`` (None: the primary), or None."""
+        if model is None or model == self.embedder.name:
+            return self.embedder
+        if self.ab_embedder is not None and model == self.ab_embedder.name:
+            return self.ab_embedder
+        return None
 
     @property
     def analyzer(self) -> Analyzer:
@@ -94,6 +114,8 @@ class Documents:
     async def close(self) -> None:
         """Release the model's thread, the vendor's connections and the vector store."""
         await self.embedder.close()
+        if self.ab_embedder is not None:
+            await self.ab_embedder.close()
         if self._analyzer is not None:
             await self._analyzer.close()
         if self._vectors is not None:
@@ -104,9 +126,12 @@ class Documents:
 STATE: StateKey[Documents] = StateKey(NAME)
 
 
-def make_embedder(settings: DocumentsSettings, failpoints: Failpoints = NONE) -> Embedder:
-    """The embedding model the settings name (``failpoints``: the hub's, for crash tests)."""
-    if settings.embedder == "openai":
+def make_embedder(
+    settings: DocumentsSettings, failpoints: Failpoints = NONE, *, kind: str | None = None
+) -> Embedder:
+    """The embedding model the settings name, or ``kind`` (``failpoints``: the hub's, for
+    crash tests)."""
+    if (kind or settings.embedder) == "openai":
         from .adapters.openai_embeddings import OpenAIEmbedder
 
         return OpenAIEmbedder(

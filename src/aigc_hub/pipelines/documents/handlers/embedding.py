@@ -7,6 +7,11 @@ inbox mark, so a redelivered chunk is never embedded into a second event. Chunks
 that is gone (deleted, or failed meanwhile) are skipped without a model call. A model that
 is overloaded or down fails the call (retried, each chunk alone); one that refuses a chunk's
 text fails only that chunk, to the dead-letter queue.
+
+An A/B test's second model version (``embedding-workers-b``, :func:`on_chunks_b`) embeds
+the same chunks into its own namespace, also for tasks the first version has completed
+meanwhile. A chunk a reprocessing run re-sends is embedded for a completed task too, by the
+model the run names (by every one when it names none).
 """
 
 from __future__ import annotations
@@ -20,25 +25,52 @@ from aigc_hub.pipeline import BatchResults
 from aigc_hub.runtime.context import HandlerContext
 
 from .. import events
+from ..adapters.embedder import Embedder
 from ..models import documents_tasks
 from ..state import Documents
 from ..states import TaskStatus
 
-#: Tasks whose chunks are still wanted.
-_LIVE = (TaskStatus.PROCESSING.value,)
+_PROCESSING, _COMPLETED = TaskStatus.PROCESSING.value, TaskStatus.COMPLETED.value
 
 
 async def on_chunks(
     docs: Documents, items: Sequence[tuple[Envelope, HandlerContext]]
 ) -> BatchResults:
-    """Embed a batch of chunks (see the module docstring)."""
+    """Embed a batch of chunks with the model (see the module docstring)."""
+    return await _embed(docs.embedder, items, primary=True)
+
+
+async def on_chunks_b(
+    docs: Documents, items: Sequence[tuple[Envelope, HandlerContext]]
+) -> BatchResults:
+    """Embed a batch of chunks with the A/B test's second model version."""
+    assert docs.ab_embedder is not None  # the group runs only when there is one
+    return await _embed(docs.ab_embedder, items, primary=False)
+
+
+def _wanted(chunk: events.ChunkCreated, status: str | None, model: str, primary: bool) -> bool:
+    """Whether ``model`` embeds ``chunk``, whose task is in ``status``."""
+    if chunk.reprocessRun is not None:
+        named = chunk.targetModel in (None, model)
+        return named and status in (_PROCESSING, _COMPLETED)
+    if primary:
+        return status == _PROCESSING
+    return status in (_PROCESSING, _COMPLETED)  # a second version may trail the first
+
+
+async def _embed(
+    embedder: Embedder, items: Sequence[tuple[Envelope, HandlerContext]], *, primary: bool
+) -> BatchResults:
     chunks = [ctx.payload_as(events.ChunkCreated) for _env, ctx in items]
-    live = await _live_tasks(items[0][1], {c.taskId for c in chunks})
-    wanted = [i for i, chunk in enumerate(chunks) if chunk.taskId in live]
+    statuses = await _statuses(items[0][1], {c.taskId for c in chunks})
+    wanted = [
+        i
+        for i, chunk in enumerate(chunks)
+        if _wanted(chunk, statuses.get(chunk.taskId), embedder.name, primary)
+    ]
     results: list[list[Envelope] | Exception] = [[] for _ in items]
     if not wanted:
         return results
-    embedder = docs.embedder
     vectors = await embedder.embed([chunks[i].content for i in wanted])
     now = items[0][1].clock.now_ms()
     for row, i in enumerate(wanted):
@@ -62,6 +94,7 @@ async def on_chunks(
                     startOffset=chunk.startOffset,
                     endOffset=chunk.endOffset,
                     content=chunk.content,
+                    reprocessRun=chunk.reprocessRun,
                 ).model_dump(),
                 key=chunk.parentDocumentId,
                 source=events.EMBEDDING_SVC,
@@ -73,11 +106,9 @@ async def on_chunks(
     return results
 
 
-async def _live_tasks(ctx: HandlerContext, task_ids: set[str]) -> set[str]:
-    """Which of ``task_ids`` still want their chunks embedded."""
+async def _statuses(ctx: HandlerContext, task_ids: set[str]) -> dict[str, str]:
+    """The status of each of ``task_ids`` that exists."""
     t = documents_tasks
     async with ctx.read() as conn:
-        rows = await conn.execute(
-            sa.select(t.c.id).where(t.c.id.in_(sorted(task_ids)), t.c.status.in_(_LIVE))
-        )
-        return set(rows.scalars())
+        rows = await conn.execute(sa.select(t.c.id, t.c.status).where(t.c.id.in_(sorted(task_ids))))
+        return {row.id: row.status for row in rows}

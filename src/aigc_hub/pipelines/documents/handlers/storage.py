@@ -35,6 +35,8 @@ from .chunking import CHUNKED_PROGRESS
 
 #: Where progress stands once every chunk is stored and an analysis is still to come.
 STORED_PROGRESS = 90
+#: Tasks whose vectors are stored.
+_STORABLE = (TaskStatus.PROCESSING.value, TaskStatus.COMPLETED.value)
 
 
 async def on_embeddings(
@@ -47,7 +49,8 @@ async def on_embeddings(
     by_namespace: dict[str, list[VectorItem]] = {}
     for e in embedded:
         task = tasks.get(e.taskId)
-        if task is None or task["status"] != TaskStatus.PROCESSING.value:
+        # A completed task's vectors come from a reprocessing run or a trailing A/B model.
+        if task is None or task["status"] not in _STORABLE:
             continue
         by_namespace.setdefault(e.embeddingModel, []).append(
             VectorItem(
@@ -72,8 +75,8 @@ async def on_embeddings(
         task = tasks.get(e.taskId)
         if task is None or task["status"] != TaskStatus.PROCESSING.value:
             continue
-        if e.embeddingModel != task["embedding_model"]:
-            continue  # another model version's vectors (an A/B test) move no task
+        if e.embeddingModel != task["embedding_model"] or e.reprocessRun is not None:
+            continue  # another model version's vectors (an A/B test), or a rerun: no move
         key = (e.embeddingModel, e.documentId)
         if key not in counts:
             counts[key] = await store.count(e.embeddingModel, document_id=e.documentId)
