@@ -8,9 +8,10 @@ body does not fit its schema, is dead-lettered with the reason, not retried."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,12 +91,18 @@ async def _uploaded_by_another_service(stack: DocumentsStack, tenant_id: str) ->
     }
 
 
+#: Makes a registry client for a stack (the fixture below).
+Registries = Callable[[DocumentsStack], Awaitable[SchemaRegistryClient]]
+
+
 @pytest.fixture
-def registries() -> Iterator[Callable[[DocumentsStack, str], SchemaRegistryClient]]:
-    """confluent-kafka's registry clients on a stack's registry, closed after the test."""
+def registries() -> Iterator[Registries]:
+    """confluent-kafka's registry clients on a stack's registry (with a new admin key, as a
+    producer is given), closed after the test."""
     made: list[SchemaRegistryClient] = []
 
-    def registry_of(stack: DocumentsStack, admin_key: str) -> SchemaRegistryClient:
+    async def registry_of(stack: DocumentsStack) -> SchemaRegistryClient:
+        admin_key = await tenancy.create_admin_key(stack.hub.engine)
         conf = {"url": stack.api_url + PREFIX, "basic.auth.user.info": f"producer:{admin_key}"}
         made.append(SchemaRegistryClient(conf))
         return made[-1]
@@ -103,6 +110,13 @@ def registries() -> Iterator[Callable[[DocumentsStack, str], SchemaRegistryClien
     yield registry_of
     for client in made:
         client.close()
+
+
+def chunking_only(
+    pg_url: str, kafka: KafkaEndpoint, tmp_path: Path
+) -> contextlib.AbstractAsyncContextManager[DocumentsStack]:
+    """A documents stack on PostgreSQL and Kafka running the chunking workers alone."""
+    return documents_stack(pg_url, kafka.broker(), tmp_path, groups=["chunking-workers"])
 
 
 def _produce(kafka: KafkaEndpoint, records: list[tuple[str, bytes]]) -> None:
@@ -117,13 +131,12 @@ async def test_an_upload_serialized_by_confluent_avro_is_read_by_the_chunking_wo
     pg_url: str,
     kafka_endpoint: KafkaEndpoint,
     tmp_path: Path,
-    registries: Callable[[DocumentsStack, str], SchemaRegistryClient],
+    registries: Registries,
 ) -> None:
     async with documents_stack(pg_url, kafka_endpoint.broker(), tmp_path) as stack:
-        admin = await tenancy.create_admin_key(stack.hub.engine)
         tenant, _key = await tenancy.create_tenant(stack.hub.engine, "studio")
         record = await _uploaded_by_another_service(stack, tenant.id)
-        registry = registries(stack, admin)
+        registry = await registries(stack)
         serialize = AvroSerializer(registry, json.dumps(DOCUMENT_UPLOADED))
         context = SerializationContext(TOPIC, MessageField.VALUE)
         value = await asyncio.to_thread(serialize, record, context)
@@ -155,14 +168,10 @@ async def test_an_avro_record_of_an_unknown_schema_or_a_bad_body_is_dead_lettere
     pg_url: str,
     kafka_endpoint: KafkaEndpoint,
     tmp_path: Path,
-    registries: Callable[[DocumentsStack, str], SchemaRegistryClient],
+    registries: Registries,
 ) -> None:
-    async with documents_stack(
-        pg_url, kafka_endpoint.broker(), tmp_path, groups=["chunking-workers"]
-    ) as stack:
-        admin = await tenancy.create_admin_key(stack.hub.engine)
-        registry = registries(stack, admin)
-        serialize = AvroSerializer(registry, json.dumps(DOCUMENT_UPLOADED))
+    async with chunking_only(pg_url, kafka_endpoint, tmp_path) as stack:
+        serialize = AvroSerializer(await registries(stack), json.dumps(DOCUMENT_UPLOADED))
         record = {
             "eventId": "evt-1",
             "taskId": "task-1",
@@ -206,17 +215,14 @@ async def test_an_avro_upload_that_failed_in_its_handler_is_replayed_after_the_f
     pg_url: str,
     kafka_endpoint: KafkaEndpoint,
     tmp_path: Path,
-    registries: Callable[[DocumentsStack, str], SchemaRegistryClient],
+    registries: Registries,
 ) -> None:
-    async with documents_stack(
-        pg_url, kafka_endpoint.broker(), tmp_path, groups=["chunking-workers"]
-    ) as stack:
-        admin = await tenancy.create_admin_key(stack.hub.engine)
+    async with chunking_only(pg_url, kafka_endpoint, tmp_path) as stack:
         tenant, key = await tenancy.create_tenant(stack.hub.engine, "studio")
         record = await _uploaded_by_another_service(stack, tenant.id)
         # The other service names a file it never stored: chunking cannot read it.
         record["storageKey"] += ".lost"
-        serialize = AvroSerializer(registries(stack, admin), json.dumps(DOCUMENT_UPLOADED))
+        serialize = AvroSerializer(await registries(stack), json.dumps(DOCUMENT_UPLOADED))
         value = await asyncio.to_thread(
             serialize, record, SerializationContext(TOPIC, MessageField.VALUE)
         )

@@ -91,11 +91,16 @@ async def submit(
 
 def _accepted(task: services.TaskSnapshot) -> Response:
     """The 202 answer for a queued task, with where to follow it."""
+    return _answer_202(task, {"Location": f"/v1/documents/tasks/{task.task_id}"})
+
+
+def _answer_202(body: pydantic.BaseModel, headers: dict[str, str] | None = None) -> Response:
+    """A 202 with ``body`` as JSON: the answer an Idempotency-Key's resend gets again."""
     return Response(
-        content=orjson.dumps(task.model_dump(mode="json")),
+        content=orjson.dumps(body.model_dump(mode="json")),
         status_code=202,
         media_type="application/json",
-        headers={"Location": f"/v1/documents/tasks/{task.task_id}"},
+        headers=headers,
     )
 
 
@@ -177,11 +182,7 @@ async def reprocess(
 
 
 def _queued(run: reprocessing.ReprocessRun) -> Response:
-    return Response(
-        content=orjson.dumps(run.model_dump(mode="json")),
-        status_code=202,
-        media_type="application/json",
-    )
+    return _answer_202(run)
 
 
 class SearchAnswer(pydantic.BaseModel):
