@@ -14,7 +14,7 @@ from tests.conftest import service_missing
 
 REDIS_URL = os.environ.get("AIGC_HUB_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 #: What a test needs a private database for; each purpose has its own in every worker.
-PURPOSES = ("scanner-leases", "scale-hub", "avcc-stack", "documents-stack")
+PURPOSES = ("scanner-leases", "scale-hub", "avcc-stack")
 PER_WORKER = len(PURPOSES)
 #: Redis's default ``databases 16``.
 DATABASES = 16
