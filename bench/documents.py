@@ -84,25 +84,29 @@ class Doc:
 def build_docs(count: int, target_tokens: int) -> list[Doc]:
     """``count`` text documents of about ``target_tokens`` tokens each, paragraphs of the
     tests' corpus sources taken in order (a document ends at the first paragraph break past
-    the target). Raises SystemExit when the sources run out."""
+    the target). When the sources run out they are taken again, each document then opening
+    with a line naming its pass, so no two uploads carry the same content."""
     counter = minilm_token_counter()
     docs: list[Doc] = []
-    paragraphs: list[str] = []
-    tokens = 0
-    for source in sources():
-        for paragraph in source.paragraphs:
-            size = counter(paragraph)
-            if size > target_tokens // 2:
-                continue  # one huge paragraph (a table, a list) would make a long outlier
-            paragraphs.append(paragraph)
-            tokens += size
-            if tokens >= target_tokens:
-                text = "\n\n".join(paragraphs)
-                docs.append(Doc(f"doc{len(docs):05d}.txt", text.encode(), tokens))
-                paragraphs, tokens = [], 0
-                if len(docs) == count:
-                    return docs
-    raise SystemExit(f"only {len(docs)} documents of {target_tokens} tokens in the corpus")
+    for copy in range(1_000):
+        header = [f"Copy {copy} of this text."] if copy else []
+        paragraphs, tokens = list(header), 0
+        for source in sources():
+            for paragraph in source.paragraphs:
+                size = counter(paragraph)
+                if size > target_tokens // 2:
+                    continue  # one huge paragraph (a table, a list) would make a long outlier
+                paragraphs.append(paragraph)
+                tokens += size
+                if tokens >= target_tokens:
+                    text = "\n\n".join(paragraphs)
+                    docs.append(Doc(f"doc{len(docs):05d}.txt", text.encode(), tokens))
+                    paragraphs, tokens = list(header), 0
+                    if len(docs) == count:
+                        return docs
+        if not docs:
+            break
+    raise SystemExit(f"no documents of {target_tokens} tokens in the corpus")
 
 
 async def submit(client: httpx.AsyncClient, doc: Doc, key: str) -> httpx.Response:
