@@ -161,7 +161,8 @@ class UpContext:
 
 
 #: An outside process a pipeline needs on embedded defaults (its local provider…): ``up``
-#: enters it after the hub started and leaves it when the hub stops. Only ``up`` runs hooks.
+#: enters it before the hub starts (so a hook may give the hub settings its state is built
+#: from; the state does not exist yet) and leaves it when the hub stops. Only ``up`` runs hooks.
 UpHook = Callable[["Hub", UpContext], AbstractAsyncContextManager[None]]
 
 #: Env prefixes and CLI names are made of these (``AIGC_HUB_<ALIAS>_``, ``aigc-hub <alias>``).

@@ -10,17 +10,22 @@ from typing import TYPE_CHECKING
 
 from aigc_hub.pipeline import UpContext
 
-from .adapters.embedder import AbsentEmbedder
-from .state import STATE
+from .adapters import minilm
+from .settings import DocumentsSettings
 
 if TYPE_CHECKING:
     from aigc_hub.bootstrap import Hub
 
 
 @contextlib.asynccontextmanager
-async def model_check(hub: Hub, up: UpContext) -> AsyncIterator[None]:
-    """Warn once when the documents pipeline runs without its embedding model."""
-    embedder = hub.state_of(STATE).embedder
-    if isinstance(embedder, AbsentEmbedder):
-        up.warn(f"documents cannot be indexed here: {embedder.reason}")
+async def model_check(_hub: Hub, up: UpContext) -> AsyncIterator[None]:
+    """Warn once when the documents pipeline will run without its embedding model."""
+    # `up` enters its hooks before the hub starts, so the pipeline's state (and the
+    # embedder it holds) does not exist yet: ask what its factory will find instead.
+    if DocumentsSettings().embedder == "minilm":
+        missing = minilm.missing_packages()
+        if missing is not None:
+            up.warn(
+                f"documents cannot be indexed here: {missing}, or set AIGC_HUB_DOCS_EMBEDDER=openai"
+            )
     yield

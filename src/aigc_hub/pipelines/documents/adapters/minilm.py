@@ -74,13 +74,10 @@ class MiniLMEmbedder:
             )
         # Fail where the hub is wired, not at the first chunk: the extra's packages are
         # only looked up here (importing torch takes seconds).
-        for module in _EXTRA_MODULES:
-            if importlib.util.find_spec(module) is None:
-                raise EmbedderMissing(f"local embedding needs {module}: pip install 'aigc-hub[ml]'")
-        try:
-            self._model_dir = model_dir or semantic.shipped_model_dir()
-        except semantic.ExtraMissing as exc:
-            raise EmbedderMissing(f"{exc}: pip install 'aigc-hub[ml]'") from exc
+        missing = missing_packages(model_dir)
+        if missing is not None:
+            raise missing
+        self._model_dir = model_dir or semantic.shipped_model_dir()
         self.name: str = _version(self._model_dir)
         self.dimensions: int = _dimensions(self._model_dir)
         self._torch_threads = torch_threads
@@ -177,6 +174,22 @@ class MiniLMEmbedder:
                 f"the MiniLM model failed on {len(texts)} texts ({type(exc).__name__}: {exc})"
             ) from exc
         return np.asarray(rows, dtype=np.float32)
+
+
+def missing_packages(model_dir: Path | None = None) -> EmbedderMissing | None:
+    """Why this machine cannot run the model: the ``ml`` extra's first missing package, or
+    the shipped weights when no ``model_dir`` is given; None when it can. Looked up, never
+    imported, so it is cheap to ask (``up`` asks before the hub starts)."""
+    for module in _EXTRA_MODULES:
+        if importlib.util.find_spec(module) is None:
+            return EmbedderMissing(f"local embedding needs {module}: pip install 'aigc-hub[ml]'")
+    if model_dir is not None:
+        return None
+    try:
+        semantic.shipped_model_dir()
+    except semantic.ExtraMissing as exc:
+        return EmbedderMissing(f"{exc}: pip install 'aigc-hub[ml]'")
+    return None
 
 
 @functools.lru_cache(maxsize=8)
