@@ -40,6 +40,7 @@ import asyncio
 import collections
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -55,7 +56,7 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.loopback import machine_load, percentile
+from bench.loopback import free_port, machine_load, percentile
 from tests.support.documents import DocumentsStack, documents_stack
 from tests.support.documents_corpus import sources
 from tests.support.hubs import make_broker
@@ -65,6 +66,9 @@ from aigc_hub.pipelines.documents.models import documents_chunks, documents_task
 from aigc_hub.pipelines.documents.splitting import minilm_token_counter
 from aigc_hub.store import migrate
 
+ROOT = Path(__file__).resolve().parent.parent
+#: The blob signing key of the tests' documents stack (the API process shares its blobs).
+BLOB_SECRET = "test-blob-secret"
 SEED_RATE_PER_H = 3600.0
 ENDED = ("completed", "failed", "deleted")
 KB = "bench"
@@ -270,10 +274,51 @@ async def part_rate(stack: DocumentsStack, docs: list[Doc], rounds: int, per_rou
     )
 
 
-async def part_submit(stack: DocumentsStack, docs: list[Doc], rate: float) -> None:
-    key = await stack.tenant("bench-submit")
+@contextlib.asynccontextmanager
+async def api_process(workdir: Path) -> AsyncIterator[str]:
+    """``aigc-hub api`` as a deployment runs it, in a process of its own on the bench hub's
+    database, log and blobs (``bench/apiserver.py``: the per-tenant limit raised); its URL."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+        "AIGC_HUB_DATABASE_URL": f"sqlite:///{workdir / 'hub.db'}",
+        "AIGC_HUB_BROKER": "embedded",
+        "AIGC_HUB_LOG_PATH": str(workdir / "log.db"),
+        "AIGC_HUB_DATA_DIR": str(workdir / "api"),
+        "AIGC_HUB_BLOB_URL": f"file://{workdir / 'blobs'}",
+        "AIGC_HUB_BLOB_SIGNING_KEY": BLOB_SECRET,
+        "AIGC_HUB_PIPELINES": "documents",
+        "AIGC_HUB_DOCS_VECTORS_URL": f"sqlite:///{workdir / 'vectors.db'}",
+        "AIGC_HUB_LOG_LEVEL": "WARNING",
+    }
+    command = [sys.executable, str(ROOT / "bench" / "apiserver.py"), "--port", str(port)]
+    child = await asyncio.create_subprocess_exec(*command, "--rate-limit", "100000", env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient(base_url=url, trust_env=False) as probe:
+            deadline = time.monotonic() + 60
+            while True:
+                with contextlib.suppress(httpx.TransportError):
+                    if (await probe.get("/healthz")).status_code == 200:
+                        break
+                if child.returncode is not None or time.monotonic() > deadline:
+                    raise SystemExit("the API process did not start")
+                await asyncio.sleep(0.2)
+        yield url
+    finally:
+        child.terminate()
+        await asyncio.wait_for(child.wait(), 30)
+
+
+async def part_submit(
+    stack: DocumentsStack, docs: list[Doc], rate: float, *, api_url: str | None = None
+) -> None:
+    """Uploads at ``rate`` to the bench hub's own API, or to ``api_url`` (an API process)."""
+    key = await stack.tenant(f"bench-submit-{'own' if api_url is None else 'api'}")
+    url = api_url or stack.api_url
     with tempfile.NamedTemporaryFile("wb", suffix=".json") as spec:
-        spec.write(json.dumps({"url": stack.api_url, "key": key, "rate": rate}).encode())
+        spec.write(json.dumps({"url": url, "key": key, "rate": rate}).encode())
         spec.flush()
         with tempfile.TemporaryDirectory(prefix="bench-docs-load-") as folder:
             for doc in docs:
@@ -285,8 +330,10 @@ async def part_submit(stack: DocumentsStack, docs: list[Doc], rate: float) -> No
         raise SystemExit(f"the load process ended with {child.returncode}")
     result = json.loads(out)
     ms = sorted(result["latencies_ms"])
+    where = "the hub's own API" if api_url is None else "an API process of its own"
     print(
-        f"submit at {rate:g}/s open-loop, {len(ms)} uploads over {result['span_s']:.1f} s: "
+        f"submit to {where} at {rate:g}/s open-loop, {len(ms)} uploads over "
+        f"{result['span_s']:.1f} s: "
         f"p50 {percentile(ms, 50):.1f} ms, p99 {percentile(ms, 99):.1f} ms, max {ms[-1]:.1f} ms; "
         f"statuses {result['statuses']}; {machine_load()}"
     )
@@ -337,10 +384,17 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="pipeline/bare round pairs")
     parser.add_argument("--submit-rate", type=float, default=20.0, help="uploads a second")
     parser.add_argument("--submit-docs", type=int, default=600, help="uploads in submit")
+    parser.add_argument(
+        "--submit-to",
+        default="api,own",
+        help="comma-separated: api (an `aigc-hub api` process, as deployed: the pipeline runs "
+        "in the bench's process), own (the API on the pipeline's event loop, as `up` runs it)",
+    )
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     rate_docs = args.docs * args.rounds if "rate" in parts else 0
-    submit_docs = args.submit_docs if "submit" in parts else 0
+    targets = [t for t in args.submit_to.split(",") if t] if "submit" in parts else []
+    submit_docs = args.submit_docs * len(targets)
     docs = build_docs(rate_docs + submit_docs, args.doc_tokens)
     sizes = sorted(d.tokens for d in docs)
     print(
@@ -353,8 +407,13 @@ async def main() -> None:
             print(f"hub started in {time.perf_counter() - began:.1f} s (model warm)")
             if "rate" in parts:
                 await part_rate(stack, docs[:rate_docs], args.rounds, args.docs)
-            if "submit" in parts:
-                await part_submit(stack, docs[rate_docs:], args.submit_rate)
+            for n, target in enumerate(targets):
+                batch = docs[rate_docs + n * args.submit_docs :][: args.submit_docs]
+                if target == "api":
+                    async with api_process(Path(folder)) as url:
+                        await part_submit(stack, batch, args.submit_rate, api_url=url)
+                else:
+                    await part_submit(stack, batch, args.submit_rate)
     print(f"total {time.perf_counter() - began:.0f} s; {machine_load()}")
 
 

@@ -33,12 +33,16 @@ class RunningUp:
 
 
 @contextlib.contextmanager
-def _up(tmp_path: Path, **env: str) -> Iterator[RunningUp]:
+def _up(tmp_path: Path, *, every_pipeline: bool = False, **env: str) -> Iterator[RunningUp]:
     """Start ``aigc-hub up`` in ``tmp_path``, wait until /readyz answers 200 (bounded), and
-    stop it with SIGINT on the way out, asserting it exited 0."""
+    stop it with SIGINT on the way out, asserting it exited 0. The tests run hubs without
+    pipelines unless told; ``every_pipeline``: as a user runs it, with its defaults."""
     running = RunningUp(_free_port())
+    inherited = {
+        k: v for k, v in os.environ.items() if not (every_pipeline and k == "AIGC_HUB_PIPELINES")
+    }
     full_env = {
-        **os.environ,
+        **inherited,
         "AIGC_HUB_API_PORT": str(running.port),
         "AIGC_HUB_LOG_LEVEL": "WARNING",
         "PYTHONPATH": str(ROOT),
@@ -73,6 +77,20 @@ def test_up_serves_a_ready_api_and_stops_cleanly(tmp_path: Path) -> None:
         assert httpx.get(f"http://127.0.0.1:{up.port}/healthz", timeout=2).status_code == 200
         assert (tmp_path / "var" / "hub.db").exists() and (tmp_path / "var" / "log.db").exists()
     assert "data lives under" in up.output
+
+
+def test_up_with_every_pipeline_starts_each_and_serves_their_routes(tmp_path: Path) -> None:
+    # As `make up` runs it: no AIGC_HUB_PIPELINES, so every installed pipeline's state is
+    # built and every pipeline's `up` hook runs around the hub's start.
+    provider = f"http://127.0.0.1:{_free_port()}"
+    with _up(tmp_path, every_pipeline=True, AIGC_HUB_GEN_LOCAL_PROVIDER_URL=provider) as up:
+        base = f"http://127.0.0.1:{up.port}/v1"
+        answers = {
+            path: httpx.get(base + path, timeout=5).status_code
+            for path in ("/knowledge-bases/kb/documents", "/generation-tasks")
+        }
+    assert answers == dict.fromkeys(answers, 401), answers  # there, and asking for a key
+    assert "Traceback" not in up.output
 
 
 def test_up_says_in_one_line_at_start_that_a_media_tool_is_missing(tmp_path: Path) -> None:
