@@ -48,7 +48,7 @@ from aigc_hub.reliability.relay import Relay
 from aigc_hub.reliability.scanners import LeaderLeases, Scanner, ScannerRunner, default_owner
 from aigc_hub.runtime.committer import Committer
 from aigc_hub.runtime.consumer import ConsumerGroupRuntime, RuntimeDeps
-from aigc_hub.runtime.decoding import JSON_ENVELOPES, RecordDecoder
+from aigc_hub.runtime.decoding import RecordDecoder
 from aigc_hub.runtime.stream import STOP_GRACE_S, StreamRuntime
 from aigc_hub.schemas.registry import SchemaRegistry
 from aigc_hub.settings import Settings
@@ -437,11 +437,11 @@ def make_broker(settings: Settings) -> Broker:
 
 def _record_decoder(
     engine: AsyncEngine, clock: Clock, pipelines: Sequence[PipelineBase]
-) -> RecordDecoder:
-    """JSON envelopes, and Avro on the topics pipelines declared (their registry lookups)."""
+) -> RecordDecoder | None:
+    """Avro on the topics pipelines declared (their registry lookups); None: JSON only."""
     bindings = [binding for p in pipelines for binding in p.avro_topics]
     if not bindings:
-        return JSON_ENVELOPES
+        return None
     from aigc_hub.schemas.avro_envelopes import AvroEnvelopes
     from aigc_hub.schemas.avro_registry.store import AvroRegistry
 

@@ -38,7 +38,7 @@ from aigc_hub.reliability.redelivery import Parked, ParkRequest, RedeliveryStore
 from aigc_hub.runtime.batching import Batcher
 from aigc_hub.runtime.committer import Always, CommitStatus, Committer, Outcome
 from aigc_hub.runtime.context import HandlerContext
-from aigc_hub.runtime.decoding import JSON_ENVELOPES, RecordDecoder
+from aigc_hub.runtime.decoding import RecordDecoder
 from aigc_hub.runtime.failures import FailureRouter
 from aigc_hub.runtime.lanes import Lanes
 from aigc_hub.runtime.middleware import Middleware, compose
@@ -86,8 +86,8 @@ class RuntimeDeps:
     in_process: RetryPolicy = IN_PROCESS
     delayed: RetryPolicy = DELAYED
     failpoints: Failpoints = NONE
-    #: Record bytes → envelope: JSON envelopes, and the wire formats pipelines declared.
-    decoder: RecordDecoder = JSON_ENVELOPES
+    #: Record bytes → envelope for the wire formats pipelines declared; None: JSON only.
+    decoder: RecordDecoder | None = None
 
 
 @dataclass
@@ -255,8 +255,7 @@ class ConsumerGroupRuntime:
         items: list[_Item] = []
         for rec in records:
             try:
-                env = await self.deps.decoder.envelope(rec.topic, rec.value)
-                items.append(_Item(rec, env))
+                items.append(_Item(rec, await self._envelope(rec.topic, rec.value)))
             except HubError as exc:
                 items.append(_Item(rec, None, decode_error=exc))
         candidates = [i.envelope.event_id for i in items if i.envelope is not None]
@@ -447,10 +446,16 @@ class ConsumerGroupRuntime:
         settled = self._settled_heads.get(row.seq)
         return settled is not None and settled[0] == row.attempts
 
+    async def _envelope(self, topic: str, value: bytes) -> Envelope:
+        """The envelope a record holds (HubError when none): JSON, or a declared format."""
+        if self.deps.decoder is None:
+            return Envelope.from_bytes(value)
+        return await self.deps.decoder.envelope(topic, value)
+
     async def _item_from_parked(self, row: Parked) -> _Item:
         record = Record(row.topic, row.partition, row.offset, row.key, row.value, row.headers, 0)
         try:
-            decoded = await self.deps.decoder.envelope(row.topic, row.value)
+            decoded = await self._envelope(row.topic, row.value)
             env: Envelope | None = decoded.with_attempt(row.attempts)
         except HubError:
             env = None

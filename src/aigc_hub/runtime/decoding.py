@@ -4,7 +4,8 @@ The hub's own events are JSON envelopes. A record from a producer outside the hu
 another wire format (Confluent's Avro: see :mod:`aigc_hub.schemas.avro_envelopes`); the hub
 hands the consumer runtime a :class:`RecordDecoder` that knows the formats its pipelines
 declared. Undecodable bytes raise a ``HubError``: the record is dead-lettered with the
-reason, never retried (the same bytes never decode).
+reason, never retried (the same bytes never decode). A hub whose pipelines declare no other
+format has none, and the runtime parses JSON inline (no extra await per record).
 """
 
 from __future__ import annotations
@@ -20,13 +21,3 @@ class RecordDecoder(Protocol):
     async def envelope(self, topic: str, value: bytes) -> Envelope:
         """The envelope ``value`` holds; a ``HubError`` when it holds none."""
         ...
-
-
-class JsonEnvelopes:
-    """The hub's own format: the envelope as JSON."""
-
-    async def envelope(self, topic: str, value: bytes) -> Envelope:
-        return Envelope.from_bytes(value)
-
-
-JSON_ENVELOPES = JsonEnvelopes()
