@@ -234,6 +234,15 @@ class Batching:
 
 
 @dataclass(frozen=True)
+class GroupTuning:
+    """A consumer group's name and concurrency as read from a pipeline's settings at start;
+    None keeps what was declared."""
+
+    group: str | None = None
+    concurrency: int | None = None
+
+
+@dataclass(frozen=True)
 class HandlerSpec:
     """A consumer group: which topics it reads, its handler and its limits."""
 
@@ -498,6 +507,8 @@ class Pipeline(PipelineBase, Generic[S]):
     state_dead_letter_hooks: dict[str, StateDeadLetterHook[S]] = field(default_factory=dict)
     #: Groups that run only when the state says so (an optional model's), asked at :meth:`start`.
     state_enabled: dict[str, Callable[[S], bool]] = field(default_factory=dict)
+    #: Group names and concurrency read from the state (its settings), applied at :meth:`start`.
+    state_tunings: dict[str, Callable[[S], GroupTuning]] = field(default_factory=dict)
 
     @property
     def key(self) -> StateKey[S]:
@@ -552,7 +563,19 @@ class Pipeline(PipelineBase, Generic[S]):
 
     def _bind(self, spec: HandlerSpec, state: S) -> HandlerSpec:
         """``spec`` with its state handler (plain or batch), pause check and dead-letter hook
-        bound to ``state``."""
+        bound to ``state``, named and sized as its tuning reads them from ``state``."""
+        tune = self.state_tunings.get(spec.group)
+        bound = self._bind_handler(spec, state)
+        if tune is None:
+            return bound
+        tuning = tune(state)
+        return replace(
+            bound,
+            group=tuning.group or bound.group,
+            concurrency=tuning.concurrency or bound.concurrency,
+        )
+
+    def _bind_handler(self, spec: HandlerSpec, state: S) -> HandlerSpec:
         hook = self.state_dead_letter_hooks.get(spec.group)
         if hook is not None:
             spec = replace(spec, on_dead_letter=_bound_hook(hook, state))
@@ -586,12 +609,15 @@ class Pipeline(PipelineBase, Generic[S]):
         timeout: float | None = None,
         pause: Callable[[S], str | None] | None = None,
         on_dead_letter: StateDeadLetterHook[S] | None = None,
+        tune: Callable[[S], GroupTuning] | None = None,
     ) -> Callable[[StateHandler[S]], StateHandler[S]]:
         """Like :meth:`handler` for ``fn(state, env, ctx)``: the hub binds the state at start.
 
         ``pause(state)``, when given, is asked before each fetch: a reason string makes the
         group stop taking records until it answers None again (backpressure from a resource
-        the handler needs, such as scratch disk)."""
+        the handler needs, such as scratch disk). ``tune(state)``, when given, names the group
+        and sets its concurrency from the state (a seed's configurable group id) at start:
+        ``group`` is then only the name it is declared under."""
 
         def register(fn: StateHandler[S]) -> StateHandler[S]:
             self.handlers.append(
@@ -609,6 +635,8 @@ class Pipeline(PipelineBase, Generic[S]):
                 self.state_pauses[group] = pause
             if on_dead_letter is not None:
                 self.state_dead_letter_hooks[group] = on_dead_letter
+            if tune is not None:
+                self.state_tunings[group] = tune
             return fn
 
         return register
@@ -626,13 +654,15 @@ class Pipeline(PipelineBase, Generic[S]):
         shape: Callable[[S], tuple[int, float]] | None = None,
         priority: Callable[[Envelope], int] | None = None,
         enabled: Callable[[S], bool] | None = None,
+        tune: Callable[[S], GroupTuning] | None = None,
     ) -> Callable[[StateBatchHandler[S]], StateBatchHandler[S]]:
         """Like :meth:`batch_handler` for ``fn(state, items)``: the hub binds the state.
 
         ``shape(state)``, when given, is the batches' ``(max_records, max_wait_s)`` read from
         the state (its settings) at hub start, in place of the declared ones. With
         ``enabled(state)`` the group exists in a hub only when it answers true (a group for
-        an optional model: unset, nothing consumes for it)."""
+        an optional model: unset, nothing consumes for it). ``tune(state)`` as for
+        :meth:`handler_with_state`."""
 
         def register(fn: StateBatchHandler[S]) -> StateBatchHandler[S]:
             unbound = _unbound_batch(self.name, group)
@@ -654,6 +684,8 @@ class Pipeline(PipelineBase, Generic[S]):
                 self.state_enabled[group] = enabled
             if on_dead_letter is not None:
                 self.state_dead_letter_hooks[group] = on_dead_letter
+            if tune is not None:
+                self.state_tunings[group] = tune
             return fn
 
         return register

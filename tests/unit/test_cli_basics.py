@@ -132,8 +132,14 @@ def test_topics_list_shows_the_backbone_and_installed_pipelines_topics(
         "reliable",
         "documents",
     ]
-    # a future pipeline's seed topics are not declared until that pipeline exists
-    assert not any("transcode" in line for line in lines)
+    transcode = next(line for line in lines if "│ transcode " in line)
+    assert [cell.strip() for cell in transcode.split("│")[1:-1]][:5] == [
+        "transcode",
+        "6",
+        "7 d",
+        "reliable",
+        "vistack",
+    ]
 
 
 def test_topics_list_merges_pipeline_topics_and_filters(runner: CliRunner) -> None:
@@ -272,7 +278,7 @@ def test_installed_pipelines_reads_the_environment(monkeypatch: pytest.MonkeyPat
     assert common.installed_pipelines() == []
     monkeypatch.delenv(common.PIPELINES_ENV)  # unset: every installed pipeline
     installed = sorted(p.name for p in common.installed_pipelines())
-    assert installed == ["avcc", "documents", "generation"]
+    assert installed == ["avcc", "documents", "generation", "vistack"]
     assert {p.name for p in common.installed_pipelines("generation,avcc")} == {"avcc", "generation"}
 
 
