@@ -13,11 +13,15 @@ Scanners, each under a leader lease: the retry dispatcher (every 5 s, the ZSET
 
 from __future__ import annotations
 
-from aigc_hub.pipeline import Pipeline
+from aigc_hub.pipeline import GroupTuning, Pipeline
 
 from . import events, models
+from .handlers import consumer
 from .settings import VistackSettings
 from .state import NAME, Vistack, build_state
+
+#: The seed's group, as declared (``AIGC_HUB_VISTACK_GROUP_ID`` renames it at start).
+GROUP = "vistack-consumer-group"
 
 pipeline: Pipeline[Vistack] = Pipeline(
     NAME,
@@ -29,3 +33,17 @@ pipeline: Pipeline[Vistack] = Pipeline(
     migrations=None,
 )
 events.register(pipeline)
+
+
+def _seed_group(vs: Vistack) -> GroupTuning:
+    """The seed's ``[kafka].group_id`` and ``[kafka].concurrency``."""
+    return GroupTuning(vs.settings.group_id, vs.settings.concurrency)
+
+
+pipeline.handler_with_state(
+    GROUP,
+    [events.TRANSCODE_TOPIC, events.DELETE_FILE_TOPIC, events.COMMENT_TOPIC],
+    concurrency=4,
+    on_dead_letter=consumer.on_dead_letter,
+    tune=_seed_group,
+)(consumer.on_record)
