@@ -99,11 +99,14 @@ class Settings(BaseSettings):
     lag_thresholds: str = Field(
         "", description="extra thresholds: 'topic=lag[/age_s],…' (e.g. 'transcode=500/120')"
     )
-    alert_webhook: str | None = Field(None, description="URL that receives lag alerts (POST JSON)")
+    alert_webhook: str | None = Field(
+        None, description="URL that receives alerts (POST JSON): consumer lag, transcodes given up"
+    )
     failpoints: str = Field(
         "",
-        description="crash tests only: `name=kill` (SIGKILL) or `name=crash`, comma separated, "
-        "arms those failpoints in this process; never set in production",
+        description="crash tests only: `name=kill` (SIGKILL), `name=crash` or `name=stop` "
+        "(SIGSTOP), comma separated, arms those failpoints in this process; never set in "
+        "production",
     )
     scanner_lease_ttl_ms: int = Field(15_000, ge=500, description="scanner leader lease TTL")
     log_json: bool = Field(True, description="JSON log lines (structlog); false = plain text")

@@ -57,7 +57,9 @@ class Failpoints:
 
         For crash tests of real processes (like fail-rs's ``FAILPOINTS`` variable): a
         comma-separated list of ``name=action``; ``kill`` sends the process SIGKILL (no
-        cleanup, no goodbye), ``crash`` raises :class:`Crash`. ValueError for anything else.
+        cleanup, no goodbye), ``crash`` raises :class:`Crash`, ``stop`` sends it SIGSTOP
+        once (a process paused, by a debugger or a stalled VM, until SIGCONT). ValueError for
+        anything else.
         """
         armed = cls()
         for item in filter(None, (part.strip() for part in spec.split(","))):
@@ -66,13 +68,26 @@ class Failpoints:
                 armed.arm(name.strip(), _kill_self)
             elif action == "crash":
                 armed.crash_at(name.strip())
+            elif action == "stop":
+                armed.arm(name.strip(), _stop_self_once())
             else:
-                raise ValueError(f"failpoint {item!r}: expected name=kill or name=crash")
+                raise ValueError(f"failpoint {item!r}: expected name=kill, crash or stop")
         return armed
 
 
 def _kill_self() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _stop_self_once() -> Callable[[], None]:
+    stopped = {"done": False}
+
+    def action() -> None:
+        if not stopped["done"]:
+            stopped["done"] = True
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    return action
 
 
 #: The shared no-op instance used when nothing is armed.

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from aigc_hub.pipeline import GroupTuning, Pipeline
 
-from . import events, models
-from .handlers import consumer
+from . import events, models, scanners
+from .handlers import consumer, delete_file, transcode
 from .settings import VistackSettings
 from .state import NAME, Vistack, build_state
 
@@ -47,3 +47,7 @@ pipeline.handler_with_state(
     on_dead_letter=consumer.on_dead_letter,
     tune=_seed_group,
 )(consumer.on_record)
+pipeline.scanner_with_state(scanners.RetryDispatcher)
+pipeline.scanner_with_state(scanners.Watchdog)
+# The handlers of the seed's group register themselves with the dispatch on import.
+_HANDLER_MODULES = (transcode, delete_file)
