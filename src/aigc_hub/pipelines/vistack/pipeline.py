@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from aigc_hub.pipeline import GroupTuning, Pipeline
 
-from . import events, models, scanners
+from . import events, http, models, scanners
 from .handlers import consumer, delete_file, transcode
 from .settings import VistackSettings
 from .state import NAME, Vistack, build_state
@@ -33,6 +33,7 @@ pipeline: Pipeline[Vistack] = Pipeline(
     migrations=None,
 )
 events.register(pipeline)
+pipeline.routers += [http.router, http.play_router]
 
 
 def _seed_group(vs: Vistack) -> GroupTuning:

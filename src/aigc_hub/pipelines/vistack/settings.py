@@ -8,7 +8,7 @@ triple); tests shorten them.
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "AIGC_HUB_VISTACK_"
@@ -81,6 +81,11 @@ class VistackSettings(BaseSettings):
     )
     manifest_url_ttl_s: int = Field(
         3600, ge=60, le=7 * 86_400, description="validity of a signed manifest or cover URL"
+    )
+    url_secret: SecretStr = Field(
+        SecretStr(""),
+        description="HMAC secret of playback grants (the manifest URL); every API process "
+        "needs the same one; empty = a random secret of this process",
     )
     danmaku_per_s: float = Field(
         5.0, gt=0, description="danmaku one user may post per second (sustained)"
