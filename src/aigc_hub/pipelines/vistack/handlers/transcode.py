@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -36,11 +36,13 @@ from aigc_hub.store.engine import reader
 from aigc_hub.store.fencing import FencedOut
 
 from .. import alerts, events, metrics, records, rules, services
-from ..adapters.transcoder import TranscodeRefused, TranscodeResult, TranscoderUnavailable
 from ..records import Video
 from ..state import Vistack
 from ..states import VideoStatus
 from . import consumer
+
+if TYPE_CHECKING:
+    from ..adapters.transcoder import TranscodeResult
 
 log = logging.getLogger(__name__)
 #: Where a test pauses a worker holding a finished transcode (SIGSTOP past its lease).
@@ -118,6 +120,9 @@ async def _startable(vs: Vistack, video_id: str, *, replayed: bool) -> Video | N
 
 async def _run(vs: Vistack, video: Video, message: events.TranscodeV2, lease: Lease) -> None:
     """One attempt under ``lease``: count it, claim the video, call the transcoder, settle."""
+    # Imported here: hubs that never transcode (an API process) need no gRPC.
+    from ..adapters.transcoder import TranscodeRefused, TranscoderUnavailable
+
     hub, s = vs.hub, vs.settings
     attempt = await hub.cache.timers.attempts(
         rules.attempts_key(video.id, video.retry_epoch), int(s.attempts_ttl_s * 1000)
