@@ -1,0 +1,160 @@
+"""A vistack stack for tests: a started hub (vistack only) behind a real uvicorn API, its
+consumer groups (and scanners, when asked) running until the block ends; and what the
+tests do with it: make a clip with FFmpeg, upload it as a user would, wait for videos."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from aigc_hub.blobs.base import BlobStore
+from aigc_hub.blobs.local import LocalBlobStore
+from aigc_hub.bootstrap import Hub
+from aigc_hub.cache.base import Cache
+from aigc_hub.core.clock import Clock
+from aigc_hub.core.failpoints import Failpoints
+from aigc_hub.hub_config import HubConfig
+from aigc_hub.interfaces.http.app import create_app
+from aigc_hub.interfaces.http.limits import Limits
+from aigc_hub.media import tools
+from aigc_hub.messaging.base import Broker
+from aigc_hub.pipeline import Pipeline
+from aigc_hub.pipelines.vistack.pipeline import pipeline as vistack_pipeline
+from aigc_hub.pipelines.vistack.settings import VistackSettings
+from aigc_hub.pipelines.vistack.state import STATE, Vistack
+from aigc_hub.store import engine as store_engine
+from tests.support.served import ServedHub, serve
+
+ENDED = {"published", "failed"}
+
+
+@dataclass
+class VistackStack(ServedHub):
+    hub: Hub
+    api_url: str
+    stop: asyncio.Event
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @property
+    def vs(self) -> Vistack:
+        return self.hub.state_of(STATE)
+
+
+def vistack_pipeline_in(**settings: Any) -> Pipeline[Vistack]:
+    """vistack with ``settings`` (``VistackSettings`` fields)."""
+    vistack_settings = VistackSettings(**settings)
+
+    def build(hub: Hub, _settings: object) -> Vistack:
+        return Vistack(hub, vistack_settings)
+
+    return vistack_pipeline.with_state(build)
+
+
+@contextlib.asynccontextmanager
+async def vistack_stack(
+    db_url: str,
+    broker: Broker,
+    tmp_path: Path,
+    *,
+    blobs: BlobStore | None = None,
+    cache: Cache | None = None,
+    clock: Clock | None = None,
+    failpoints: Failpoints | None = None,
+    groups: Sequence[str] | None = None,
+    scan: bool = False,
+    hub_options: Mapping[str, Any] | None = None,
+    **settings: Any,
+) -> AsyncIterator[VistackStack]:
+    """A started hub running vistack (every group, or ``groups``; its scanners when
+    ``scan``), its API on loopback."""
+    config = HubConfig(
+        engine=store_engine.create_engine(db_url),
+        broker=broker,
+        blobs=blobs or LocalBlobStore(tmp_path / "blobs", secret=b"test-blob-secret"),
+        cache=cache,
+        clock=clock,
+        failpoints=failpoints or Failpoints(),
+        **(hub_options or {}),
+    )
+    hub = Hub(config, [vistack_pipeline_in(**settings)])
+    await hub.start()
+    stop = asyncio.Event()
+    stack = VistackStack(hub, "", stop)
+    stack.tasks.append(asyncio.create_task(hub.run(stop, groups, scan=scan)))
+    try:
+        app = create_app(hub, limits=Limits(rate_per_s=5_000, burst=5_000))
+        async with serve(app) as url:
+            stack.api_url = url
+            yield stack
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*stack.tasks, return_exceptions=True), 30)
+        await hub.close()
+
+
+def make_clip(
+    path: Path, *, seconds: float = 2.0, size: str = "320x240", rate: int = 25, seed: int = 0
+) -> Path:
+    """An H.264/AAC MP4 of ``seconds`` made by FFmpeg (a test pattern and a tone; ``seed``
+    shifts the pattern so clips differ)."""
+    subprocess.run(
+        [
+            tools.executable("ffmpeg"),
+            *("-nostdin", "-hide_banner", "-v", "error", "-y"),
+            *("-f", "lavfi", "-i", f"testsrc2=size={size}:rate={rate}:duration={seconds}"),
+            *("-f", "lavfi", "-i", f"sine=frequency={440 + seed}:duration={seconds}"),
+            *("-vf", f"hue=h={seed * 37 % 360}", "-c:v", "libx264", "-preset", "ultrafast"),
+            *("-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest", str(path)),
+        ],
+        check=True,
+        timeout=120,
+    )
+    return path
+
+
+async def upload_video(
+    client: httpx.AsyncClient, clip: Path, title: str, **body: Any
+) -> dict[str, Any]:
+    """Upload ``clip`` as a user does (signed PUT straight to the store), create the video."""
+    data = clip.read_bytes()
+    ticket = await client.post("/v1/vistack/uploads", json={"size": len(data)})
+    assert ticket.status_code == 201, ticket.text
+    signed = ticket.json()
+    put = await client.put(signed["url"], content=data, headers=signed["headers"])
+    assert put.status_code < 300, put.text
+    answer = await client.post(
+        "/v1/vistack/videos",
+        json={"upload_id": signed["upload_id"], "title": title, **body},
+        headers={"Idempotency-Key": f"video-{signed['upload_id']}"},
+    )
+    assert answer.status_code == 202, answer.text
+    video: dict[str, Any] = answer.json()
+    return video
+
+
+async def wait_videos(
+    client: httpx.AsyncClient, video_ids: Sequence[str], timeout_s: float = 180
+) -> dict[str, dict[str, Any]]:
+    """Poll the videos (one at a time, in order) until each has ended; their snapshots."""
+    deadline = time.monotonic() + timeout_s
+    ended: dict[str, dict[str, Any]] = {}
+    for video_id in video_ids:
+        while True:
+            answer = await client.get(f"/v1/vistack/videos/{video_id}")
+            answer.raise_for_status()
+            last = answer.json()
+            if last["status"] in ENDED:
+                ended[video_id] = last
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(video_ids) - len(ended)} videos running, e.g. {last}")
+            await asyncio.sleep(0.1)
+    return ended
