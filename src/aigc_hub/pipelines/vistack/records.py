@@ -127,7 +127,7 @@ async def set_progress(
     if not written:
         return False
     row = (await conn.execute(sa.select(t).where(t.c.id == video_id))).mappings().one()
-    await outbox.add(conn, [notification(row, None, at, kind="progress")])
+    await outbox.add(conn, [notification(dict(row), None, at, kind="progress")])
     return True
 
 

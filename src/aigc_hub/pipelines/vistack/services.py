@@ -257,7 +257,7 @@ async def list_videos(
         query = query.where(t.c.id < before)
     async with reader(vs.hub.engine) as conn:
         rows = (await conn.execute(query)).mappings().all()
-    return [view(r) for r in rows]
+    return [view(dict(r)) for r in rows]
 
 
 async def request_delete(
