@@ -124,7 +124,7 @@ async def upload_video(
     client: httpx.AsyncClient, clip: Path, title: str, **body: Any
 ) -> dict[str, Any]:
     """Upload ``clip`` as a user does (signed PUT straight to the store), create the video."""
-    data = clip.read_bytes()
+    data = await asyncio.to_thread(clip.read_bytes)
     ticket = await client.post("/v1/vistack/uploads", json={"size": len(data)})
     assert ticket.status_code == 201, ticket.text
     signed = ticket.json()
@@ -158,3 +158,31 @@ async def wait_videos(
                 raise TimeoutError(f"{len(video_ids) - len(ended)} videos running, e.g. {last}")
             await asyncio.sleep(0.1)
     return ended
+
+
+def worker_env(
+    db_url: str, tmp_path: Path, blobs: Path, blob_secret: str, **vistack: object
+) -> dict[str, str]:
+    """The environment of an ``aigc-hub worker`` process of this test: its database, the
+    test's local blob store, vistack only, and ``vistack`` settings (``AIGC_HUB_VISTACK_*``)."""
+    import os
+
+    from tests.support.workers import ROOT
+
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), str(ROOT)])),
+        "AIGC_HUB_DATABASE_URL": db_url,
+        "AIGC_HUB_DATA_DIR": str(tmp_path / "worker"),
+        "AIGC_HUB_PIPELINES": "vistack",
+        "AIGC_HUB_BLOB_URL": f"file://{blobs}",
+        "AIGC_HUB_BLOB_SIGNING_KEY": blob_secret,
+    }
+    env |= {f"AIGC_HUB_VISTACK_{k.upper()}": str(v) for k, v in vistack.items()}
+    return env
+
+
+def process_state(pid: int) -> str:
+    """The kernel's one-letter state of process ``pid`` (``T``: stopped)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0]
