@@ -183,25 +183,9 @@ async def create_video(
         sourceKey=key,
         **({"heights": list(heights)} if heights else {}),
     )
-    now = vs.hub.clock.now_ms()
-    row: dict[str, Any] = {
-        "id": message.videoId,
-        "tenant_id": tenant_id,
-        "owner_id": owner_id,
-        "title": title,
-        "source_key": key,
-        "source_bytes": info.size,
-        "heights": message.heights,
-        "status": VideoStatus.PENDING.value,
-        "status_version": 0,
-        "attempts": 0,
-        "retry_epoch": 0,
-        "created_at": now,
-        "updated_at": now,
-    }
-    row |= dict.fromkeys(["stage", "progress", "retry_at", "fencing_token", "error_code"])
-    row |= dict.fromkeys(["error_message", "manifest_key", "cover_key", "duration_ms"])
-    row |= dict.fromkeys(["renditions", "published_at"])
+    row = new_video_row(
+        message, owner_id=owner_id, title=title, size=info.size, now=vs.hub.clock.now_ms()
+    )
     video = view(row)
     async with vs.hub.transaction() as conn:
         taken = await conn.execute(
@@ -214,6 +198,30 @@ async def create_video(
         if before_commit is not None:
             await before_commit(conn, video)
     return video
+
+
+def new_video_row(
+    message: events.TranscodeV2, *, owner_id: str, title: str, size: int, now: int
+) -> dict[str, Any]:
+    """The ``pending`` row of the video ``message`` transcodes."""
+    row: dict[str, Any] = {
+        "id": message.videoId,
+        "tenant_id": message.tenantId,
+        "owner_id": owner_id,
+        "title": title,
+        "source_key": message.sourceKey,
+        "source_bytes": size,
+        "heights": message.heights,
+        "status": VideoStatus.PENDING.value,
+        "status_version": 0,
+        "attempts": 0,
+        "retry_epoch": 0,
+        "created_at": now,
+        "updated_at": now,
+    }
+    row |= dict.fromkeys(["stage", "progress", "retry_at", "fencing_token", "error_code"])
+    row |= dict.fromkeys(["error_message", "manifest_key", "cover_key", "duration_ms"])
+    return row | dict.fromkeys(["renditions", "published_at"])
 
 
 def transcode_envelope(
