@@ -20,6 +20,7 @@ from aigc_hub import plugins
 from aigc_hub.cli.topics import merged_catalog
 from aigc_hub.observability import metrics
 from aigc_hub.pipelines.avcc import metrics as avcc_metrics
+from aigc_hub.pipelines.vistack import metrics as vistack_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "aigc-hub.rules.yml"
@@ -54,6 +55,8 @@ EXPECTED: dict[str, tuple[float, str | None, tuple[str, ...]]] = {
         "5m",
         ("increase(aigc_hub_dead_letters_total{", "}[10m])"),
     ),
+    # Seed 002's roadmap: a transcode given up after its 7 attempts alerts at once.
+    "AigcHubVistackTranscodeGaveUp": (0, None, ("aigc_hub_vistack_transcode_gave_up_total",)),
     "AigcHubAvccDeadLetter": (
         0,
         None,
@@ -109,7 +112,7 @@ def _metric_names(expr: str) -> set[str]:
 
 def _exposed_series() -> set[str]:
     names: set[str] = set()
-    for metric in (*metrics.ALL, *avcc_metrics.ALL):
+    for metric in (*metrics.ALL, *avcc_metrics.ALL, *vistack_metrics.ALL):
         for family in metric.describe():
             names.add(f"{family.name}_total" if family.type == "counter" else family.name)
             if family.type == "histogram":

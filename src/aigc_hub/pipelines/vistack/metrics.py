@@ -7,6 +7,7 @@ the same exporter. Labels stay few: outcomes, never ids.
 from __future__ import annotations
 
 from prometheus_client import Counter
+from prometheus_client.metrics import MetricWrapperBase
 
 TRANSCODES = Counter(
     "aigc_hub_vistack_transcodes",
@@ -30,3 +31,5 @@ WATCHDOG_REQUEUED = Counter(
     "long) or pending (waited too long).",
     ["reason"],
 )
+
+ALL: tuple[MetricWrapperBase, ...] = (TRANSCODES, GAVE_UP, RETRIES_DISPATCHED, WATCHDOG_REQUEUED)
