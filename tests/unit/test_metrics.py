@@ -16,8 +16,8 @@ from tests.support.hubs import hub_for, make_broker
 
 from aigc_hub.observability import exporter, metrics
 from aigc_hub.pipelines.avcc import metrics as avcc_metrics
-from aigc_hub.pipelines.vistack import metrics as vistack_metrics
 from aigc_hub.pipelines.avcc.handlers import sink as avcc_sink
+from aigc_hub.pipelines.vistack import metrics as vistack_metrics
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 ROW = re.compile(r"^\| `(aigc_hub_[a-z0-9_]+)` \| (\w+) \| ([^|]+) \|", re.MULTILINE)
