@@ -17,11 +17,11 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
-from aigc_hub.media.mpd import manifest_files
 
 from aigc_hub.cache.redis import RedisCache
 from aigc_hub.core.ids import new_id
 from aigc_hub.media import tools
+from aigc_hub.media.mpd import manifest_files
 from aigc_hub.pipelines.vistack import events, services
 from aigc_hub.pipelines.vistack.models import vistack_videos
 from tests.support.hubs import make_broker
@@ -125,7 +125,7 @@ def _streams(mpd: Path) -> list[dict[str, Any]]:
         "embedded",
         pytest.param(
             "scale",
-            marks=[pytest.mark.postgres, pytest.mark.kafka, pytest.mark.redis, pytest.mark.s3],
+            marks=[pytest.mark.postgres, pytest.mark.kafka, pytest.mark.redis],
         ),
     ],
 )

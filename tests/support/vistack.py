@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 
 from aigc_hub.blobs.base import BlobStore
@@ -30,6 +31,9 @@ from aigc_hub.pipeline import Pipeline
 from aigc_hub.pipelines.vistack.pipeline import pipeline as vistack_pipeline
 from aigc_hub.pipelines.vistack.settings import VistackSettings
 from aigc_hub.pipelines.vistack.state import STATE, Vistack
+from aigc_hub.pipelines.vistack.transcoder import transcoder_pb2 as pb
+from aigc_hub.pipelines.vistack.transcoder.server import start
+from aigc_hub.pipelines.vistack.transcoder.service import TranscoderService
 from aigc_hub.store import engine as store_engine
 from tests.support.served import ServedHub, serve
 
@@ -78,7 +82,7 @@ async def vistack_stack(
     config = HubConfig(
         engine=store_engine.create_engine(db_url),
         broker=broker,
-        blobs=blobs or LocalBlobStore(tmp_path / "blobs", secret=b"test-blob-secret"),
+        blobs=blobs or LocalBlobStore(tmp_path / "blobs", secret=BLOB_SECRET.encode()),
         cache=cache,
         clock=clock,
         failpoints=failpoints or Failpoints(),
@@ -186,3 +190,72 @@ def process_state(pid: int) -> str:
     """The kernel's one-letter state of process ``pid`` (``T``: stopped)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     return stat.rsplit(")", 1)[1].split()[0]
+
+
+class CallCounter(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    """Counts ProcessVideo calls and, while ``broken``, answers each UNAVAILABLE: a
+    transcoder that is down for its callers (the real service stays behind it)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.broken = False
+
+    async def intercept_service(self, continuation: Any, details: Any) -> Any:
+        if not details.method.endswith("/ProcessVideo"):
+            return await continuation(details)
+        self.calls += 1
+        if not self.broken:
+            return await continuation(details)
+
+        async def unavailable(request: Any, context: Any) -> AsyncIterator[Any]:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "transcoder down (test)")
+            yield  # pragma: no cover - abort raises
+
+        return grpc.unary_stream_rpc_method_handler(
+            unavailable, request_deserializer=pb.ProcessVideoRequest.FromString
+        )
+
+
+@dataclass
+class TestTranscoder:
+    """A transcoder served in the test's process over loopback gRPC, on a blob store."""
+
+    address: str
+    store: BlobStore
+    counter: CallCounter
+    blob_root: Path
+    blob_secret: str
+
+    @property
+    def calls(self) -> int:
+        return self.counter.calls
+
+    @property
+    def broken(self) -> bool:
+        return self.counter.broken
+
+    @broken.setter
+    def broken(self, value: bool) -> None:
+        self.counter.broken = value
+
+
+BLOB_SECRET = "test-blob-secret"
+
+
+@contextlib.asynccontextmanager
+async def running_transcoder(
+    tmp_path: Path, *, store: BlobStore | None = None, broken: bool = False, concurrency: int = 2
+) -> AsyncIterator[TestTranscoder]:
+    """The real transcoder service on 127.0.0.1 (a free port) over ``store`` (default: local
+    files under ``tmp_path/blobs``, which a test's hub and worker processes open too)."""
+    blob_root = tmp_path / "blobs"
+    store = store or LocalBlobStore(blob_root, secret=BLOB_SECRET.encode())
+    counter = CallCounter()
+    counter.broken = broken
+    service = TranscoderService(store, concurrency=concurrency, scratch_root=tmp_path)
+    running = await start(service, "127.0.0.1:0", (counter,))
+    try:
+        yield TestTranscoder(running.address, store, counter, blob_root, BLOB_SECRET)
+    finally:
+        await running.stop(1.0)
+        await store.close()

@@ -138,6 +138,55 @@ def hls(
     ]
 
 
+def dash(
+    source: Sequence[str],
+    rungs: Sequence[Rung],
+    *,
+    has_audio: bool,
+    frame_rate: float | None,
+    max_s: float,
+) -> list[str]:
+    """One FFmpeg run for the whole ladder as MPEG-DASH: ``out/manifest.mpd`` (a static MPD,
+    SegmentTemplate with a SegmentTimeline), ``out/init-<rep>.m4s`` and
+    ``out/chunk-<rep>-NNNNN.m4s`` (fMP4). The video renditions are one adaptation set
+    (representations 0…n-1, lowest first), the audio another (representation n), encoded
+    once at the top rung's audio bitrate."""
+    splits = "".join(f"[s{i}]" for i in range(len(rungs)))
+    graph = [f"[0:v:0]split={len(rungs)}{splits}"]
+    graph += [f"[s{i}]scale={r.width}:{r.height},setsar=1[v{i}]" for i, r in enumerate(rungs)]
+    args = [*COMMON, *source, "-filter_complex", ";".join(graph)]
+    for i, r in enumerate(rungs):
+        args += ["-map", f"[v{i}]", f"-b:v:{i}", f"{r.video_kbps}k"]
+        args += [f"-maxrate:v:{i}", f"{r.video_kbps * 107 // 100}k"]
+        args += [f"-bufsize:v:{i}", f"{r.video_kbps * 3 // 2}k"]
+    sets = "id=0,streams=v"
+    if has_audio:
+        args += ["-map", "0:a:0", "-c:a", "aac", "-b:a", f"{rungs[-1].audio_kbps}k", "-ac", "2"]
+        sets += " id=1,streams=a"
+    g = str(gop(frame_rate))
+    args += [*X264, "-g", g, "-keyint_min", g, "-sc_threshold", "0"]
+    return [
+        *args,
+        "-t",
+        f"{max_s:.3f}",
+        "-f",
+        "dash",
+        "-seg_duration",
+        str(SEGMENT_S),
+        "-use_template",
+        "1",
+        "-use_timeline",
+        "1",
+        "-adaptation_sets",
+        sets,
+        "-init_seg_name",
+        "init-$RepresentationID$.m4s",
+        "-media_seg_name",
+        "chunk-$RepresentationID$-$Number%05d$.m4s",
+        "out/manifest.mpd",
+    ]
+
+
 def poster(source: Sequence[str], size: tuple[int, int]) -> list[str]:
     """One JPEG frame (the input is seeked by the caller's input args): ``out/poster.jpg``."""
     w, h = size

@@ -1,5 +1,5 @@
 """The variants a source gets: a proxy MP4, an HLS ladder, a poster, a thumbnail strip and an
-audio waveform (seed 004 §3.3.3-9, §3.6.5).
+audio waveform (seed 004 §3.3.3-9, §3.6.5), and an MPEG-DASH ladder (seed 002's transcoder).
 
 :func:`make_variant` makes one of them from a probed source, as one sandboxed FFmpeg run in a
 scratch directory of its own, and moves the finished files into ``out_dir/<profile>/``: a
@@ -24,7 +24,7 @@ from aigc_hub.media.probe import MediaInfo
 from aigc_hub.media.sandbox import MediaLimits, MediaRefused
 
 PIPELINE_VERSION: Final = "media-v1"
-PROFILES: Final = ("proxy", "hls", "poster", "thumbnails", "waveform")
+PROFILES: Final = ("proxy", "hls", "poster", "thumbnails", "waveform", "dash")
 #: The profiles each kind of source gets.
 KIND_PROFILES: Final = {
     "video": PROFILES,
@@ -37,7 +37,10 @@ MAIN_FILES: Final = {
     "poster": ("poster.jpg", "image/jpeg"),
     "thumbnails": ("thumbnails.jpg", "image/jpeg"),
     "waveform": ("waveform.png", "image/png"),
+    "dash": ("manifest.mpd", "application/dash+xml"),
 }
+#: The profiles that are rendition ladders (made from :func:`plan_ladder`).
+LADDERS: Final = ("hls", "dash")
 _NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
 
@@ -99,6 +102,14 @@ def plan_ladder(ladder: Sequence[Rendition], source_height: int) -> list[Renditi
     return kept
 
 
+def ladder_of(
+    heights: Sequence[int], base: Sequence[Rendition] = DEFAULT_LADDER
+) -> list[Rendition]:
+    """A ladder of the given heights (``"<h>p"``), bitrates scaled by area from the nearest
+    rung of ``base``; lowest first."""
+    return [_scaled(base, h, f"{h}p") for h in sorted(set(heights))]
+
+
 def _scaled(rungs: Sequence[Rendition], height: int, name: str) -> Rendition:
     base = min(rungs, key=lambda r: abs(r.height - height))
     kbps = max(64, round(base.video_kbps * (height / base.height) ** 2))
@@ -127,7 +138,7 @@ async def make_variant(
         raise ValueError(f"unknown variant profile {profile!r}; one of {PROFILES}")
     if profile not in profiles_for(info):
         raise MediaRefused("profile", f"a {info.kind} source has no {profile} variant")
-    rungs = plan_ladder(ladder, info.height or 0) if profile == "hls" else []
+    rungs = plan_ladder(ladder, info.height or 0) if profile in LADDERS else []
     dest = out_dir / profile
     async with sandbox.scratch_dir(out_dir) as job:
         staged = await asyncio.to_thread(inputs.stage, source, job, limits)
@@ -149,7 +160,7 @@ async def make_variant(
         content_type=content_type,
         width=size[0] if size else None,
         height=size[1] if size else None,
-        duration_ms=info.duration_ms if profile in ("proxy", "hls") else None,
+        duration_ms=info.duration_ms if profile in ("proxy", *LADDERS) else None,
         cpu_s=result.cpu_s,
     )
 
@@ -179,14 +190,15 @@ def _command(
     )
     if profile == "proxy":
         return commands.proxy(source, frame, has_audio=has_audio, max_s=max_s), frame
-    if profile == "hls":
+    if profile in LADDERS:
         ladder = [
             commands.Rung(
                 r.name, *commands.fit(width, height, r.height), r.video_kbps, r.audio_kbps
             )
             for r in rungs
         ]
-        args = commands.hls(source, ladder, has_audio=has_audio, frame_rate=rate, max_s=max_s)
+        build = commands.hls if profile == "hls" else commands.dash
+        args = build(source, ladder, has_audio=has_audio, frame_rate=rate, max_s=max_s)
         return args, (ladder[-1].width, ladder[-1].height)
     if profile == "poster":
         # a tenth in: past a fade from black, and always inside the clip

@@ -19,7 +19,10 @@ import typer
 from aigc_hub.cli import kit
 from aigc_hub.cli.kit import ApiKey, ApiUrl
 
+from .transcoder.cli import app as transcoder_app
+
 app = kit.new_app("vistack", "Vistack (seed 002): upload, wait, get, list, delete; transcoder.")
+app.add_typer(transcoder_app, name="transcoder")
 
 #: The ends of a video's transcode.
 ENDED = ("published", "failed")

@@ -1,0 +1,1 @@
+"""Clients of the outside systems vistack calls: the transcoder's gRPC service."""
