@@ -77,8 +77,11 @@ async def test_a_worker_killed_mid_transcode_is_requeued_by_the_watchdog_and_pub
     sqlite_url: str, tmp_path: Path
 ) -> None:
     redis_url = private_redis_url("scale-hub")
+    # The lease outlives the killed worker's group membership (6 s on the embedded log), so
+    # the survivor finds the redelivered record's video still leased and leaves it: the
+    # watchdog is what brings it back, once the lease has run out.
     settings = {
-        "lease_s": 6,
+        "lease_s": 15,
         "processing_timeout_s": 1,
         "watchdog_interval_s": 0.5,
         "dispatch_interval_s": 0.5,

@@ -112,14 +112,19 @@ class Watchdog:
         )
         async with reader(self.vs.hub.engine) as conn:
             rows = (await conn.execute(query)).all()
-        return [Finding(r.id, {"status": r.status}) for r in rows]
+        leases = self.vs.hub.cache.leases
+        found = []
+        for r in rows:
+            # The seed: processing only with no lease; a live worker's transcode may be long.
+            if r.status == VideoStatus.PROCESSING.value and await leases.holder(
+                rules.lease_name(r.id)
+            ):
+                continue
+            found.append(Finding(r.id, {"status": r.status}))
+        return found
 
     async def repair(self, finding: Finding, now_ms: int) -> str:
         hub = self.vs.hub
-        # The seed: processing only with no lease; a live worker's transcode may just be long.
-        processing = finding.detail["status"] == VideoStatus.PROCESSING.value
-        if processing and await hub.cache.leases.holder(rules.lease_name(finding.target)):
-            return "skipped"
         async with hub.transaction() as conn:
             video = await records.load(conn, finding.target)
             if video is None or video.status.value != finding.detail["status"]:
