@@ -83,13 +83,23 @@ def test_up_with_every_pipeline_starts_each_and_serves_their_routes(tmp_path: Pa
     # As `make up` runs it: no AIGC_HUB_PIPELINES, so every installed pipeline's state is
     # built and every pipeline's `up` hook runs around the hub's start.
     provider = f"http://127.0.0.1:{_free_port()}"
-    with _up(tmp_path, every_pipeline=True, AIGC_HUB_GEN_LOCAL_PROVIDER_URL=provider) as up:
+    transcoder = f"127.0.0.1:{_free_port()}"
+    with _up(
+        tmp_path,
+        every_pipeline=True,
+        AIGC_HUB_GEN_LOCAL_PROVIDER_URL=provider,
+        AIGC_HUB_VISTACK_TRANSCODER_ADDRESS=transcoder,
+    ) as up:
         base = f"http://127.0.0.1:{up.port}/v1"
         answers = {
             path: httpx.get(base + path, timeout=5).status_code
-            for path in ("/knowledge-bases/kb/documents", "/generation-tasks")
+            for path in ("/knowledge-bases/kb/documents", "/generation-tasks", "/vistack/videos")
         }
+        # vistack's hook serves the transcoder the workers call: it answers gRPC there.
+        with socket.create_connection(("127.0.0.1", int(transcoder.rsplit(":", 1)[1])), 5):
+            pass
     assert answers == dict.fromkeys(answers, 401), answers  # there, and asking for a key
+    assert f"vistack transcoder on {transcoder}" in up.output, up.output
     assert "Traceback" not in up.output
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from aigc_hub.pipeline import GroupTuning, Pipeline
 
-from . import events, http, models, scanners
+from . import events, http, models, scanners, up
 from .handlers import consumer, delete_file, transcode
 from .settings import VistackSettings
 from .state import NAME, Vistack, build_state
@@ -34,6 +34,7 @@ pipeline: Pipeline[Vistack] = Pipeline(
 )
 events.register(pipeline)
 pipeline.routers += [http.router, http.play_router]
+pipeline.up_hook(up.transcoder_hook)
 
 
 def _seed_group(vs: Vistack) -> GroupTuning:

@@ -44,6 +44,11 @@ class VistackSettings(BaseSettings):
         description="host:port of the transcoder's gRPC service (`aigc-hub vistack transcoder "
         "serve`); several transcoders may stand behind one address",
     )
+    run_transcoder: bool = Field(
+        True,
+        description="`aigc-hub up` serves a transcoder at transcoder_address when it is on "
+        "this machine; false where transcoders run on their own",
+    )
     transcode_deadline_s: float = Field(
         1800.0, gt=0, le=86_400, description="longest one ProcessVideo call may take"
     )
