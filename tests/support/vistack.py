@@ -259,3 +259,23 @@ async def running_transcoder(
     finally:
         await running.stop(1.0)
         await store.close()
+
+
+async def published_video(hub: Hub, tenant_id: str, title: str = "watched") -> str:
+    """A published video row (no files: for what hangs off a video, danmaku and comments)."""
+    from aigc_hub.core.ids import new_id
+    from aigc_hub.pipelines.vistack import events, services
+    from aigc_hub.pipelines.vistack.models import vistack_videos
+
+    message = events.TranscodeV2(
+        videoId=f"vid_{new_id().hex}",
+        tenantId=tenant_id,
+        sourceKey=services.source_key(tenant_id, f"upl_{new_id().hex}"),
+    )
+    row = services.new_video_row(
+        message, owner_id="owner", title=title, size=1, now=hub.clock.now_ms()
+    )
+    row |= {"status": "published", "status_version": 3, "duration_ms": 60_000}
+    async with hub.transaction() as conn:
+        await conn.execute(vistack_videos.insert(), row)
+    return message.videoId

@@ -41,7 +41,9 @@ class Notification(pydantic.BaseModel):
     tenant_id: str = pydantic.Field(min_length=1)
     subject_type: str = pydantic.Field(min_length=1, description="e.g. 'generation_task'")
     subject_id: str = pydantic.Field(min_length=1)
-    kind: Literal["status", "progress"]
+    #: ``status``/``progress``: the subject moved; ``messages``: items were added to it (a
+    #: video's danmaku, in ``data``), for live feeds.
+    kind: Literal["status", "progress", "messages"]
     status: str | None = None
     stage: str | None = None
     progress: float | None = pydantic.Field(default=None, ge=0.0, le=1.0)

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from aigc_hub.pipeline import GroupTuning, Pipeline
 
-from . import events, http, models, scanners, up
-from .handlers import consumer, delete_file, transcode
+from . import events, http, interactions_http, models, scanners, up
+from .handlers import comment, consumer, danmaku, delete_file, transcode
 from .settings import VistackSettings
 from .state import NAME, Vistack, build_state
 
@@ -33,7 +33,12 @@ pipeline: Pipeline[Vistack] = Pipeline(
     migrations=None,
 )
 events.register(pipeline)
-pipeline.routers += [http.router, http.play_router]
+pipeline.routers += [
+    http.router,
+    http.play_router,
+    interactions_http.router,
+    interactions_http.review_router,
+]
 pipeline.up_hook(up.transcoder_hook)
 
 
@@ -52,4 +57,22 @@ pipeline.handler_with_state(
 pipeline.scanner_with_state(scanners.RetryDispatcher)
 pipeline.scanner_with_state(scanners.Watchdog)
 # The handlers of the seed's group register themselves with the dispatch on import.
-_HANDLER_MODULES = (transcode, delete_file)
+_HANDLER_MODULES = (transcode, delete_file, comment)
+
+
+def _danmaku_batches(vs: Vistack) -> tuple[int, float]:
+    """The danmaku writers' batches: ``danmaku_batch`` records or ``danmaku_wait_s``."""
+    return vs.settings.danmaku_batch, vs.settings.danmaku_wait_s
+
+
+def _danmaku_group(vs: Vistack) -> GroupTuning:
+    return GroupTuning(f"{vs.settings.group_id}-danmaku")
+
+
+pipeline.batch_handler_with_state(
+    f"{GROUP}-danmaku",
+    [events.DANMAKU_TOPIC],
+    concurrency=1,  # one batch at a time: each video's danmaku are stored in posting order
+    shape=_danmaku_batches,
+    tune=_danmaku_group,
+)(danmaku.on_danmaku)

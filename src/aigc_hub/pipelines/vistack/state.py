@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 from aigc_hub.blobs.base import BlobStore
 from aigc_hub.core.errors import ConfigurationError
+from aigc_hub.moderation import LocalModeration, Moderation, make_moderation
+from aigc_hub.moderation.settings import ModerationSettings
 from aigc_hub.pipeline import StateKey
 from aigc_hub.reliability.scanners import default_owner
 
@@ -32,6 +34,12 @@ class Vistack:
     settings: VistackSettings
     #: Who holds this process's transcode leases (host, pid, a random suffix).
     owner: str = field(default_factory=default_owner)
+    #: Comments: the shared moderation as configured (``AIGC_HUB_MODERATION_*``).
+    moderation: Moderation = field(default_factory=make_moderation)
+    #: Danmaku: the same rules without the semantic model (thousands a second).
+    danmaku_moderation: Moderation = field(
+        default_factory=lambda: make_moderation(ModerationSettings(semantic=False))
+    )
     _transcoder: TranscoderClient | None = field(default=None, init=False, repr=False)
 
     @property
@@ -51,7 +59,10 @@ class Vistack:
         return self._transcoder
 
     async def close(self) -> None:
-        """Close the transcoder's channel."""
+        """Close the transcoder's channel and the moderation model's thread."""
+        for moderation in (self.moderation, self.danmaku_moderation):
+            if isinstance(moderation, LocalModeration):
+                moderation.close()
         if self._transcoder is not None:
             await self._transcoder.close()
             self._transcoder = None
