@@ -150,8 +150,7 @@ async def post(
         source=events.API_SVC,
         tenant_id=tenant_id,
     )
-    async with vs.hub.transaction() as conn:
-        await vs.hub.outbox.add(conn, [env])
+    await vs.hub.service_call(lambda conn: vs.hub.outbox.add(conn, [env]))
     return comment_id
 
 

@@ -3,7 +3,8 @@
 A post is checked (the video is the tenant's, the fields), counted against the poster's
 token bucket (``AIGC_HUB_VISTACK_DANMAKU_PER_S`` / ``_BURST``, the cache seam: shared by every
 API process with Redis), and written to the outbox as a ``danmaku`` message; the answer
-carries its id (``dm_<uuid7>``: ids order by posting). The row is the batch writers' to
+carries its id (``dm_<uuid7>``: ids order by posting). Concurrent posts share one commit
+(the hub's grouped service calls): on SQLite a commit per post would cap the rate. The row is the batch writers' to
 insert (``handlers/danmaku.py``), after moderation.
 """
 
@@ -145,8 +146,7 @@ async def post(
         source=events.API_SVC,
         tenant_id=tenant_id,
     )
-    async with vs.hub.transaction() as conn:
-        await vs.hub.outbox.add(conn, [env])
+    await vs.hub.service_call(lambda conn: vs.hub.outbox.add(conn, [env]))
     return danmaku_id
 
 
