@@ -4,8 +4,8 @@ A post is checked (the video is the tenant's, the fields), counted against the p
 token bucket (``AIGC_HUB_VISTACK_DANMAKU_PER_S`` / ``_BURST``, the cache seam: shared by every
 API process with Redis), and written to the outbox as a ``danmaku`` message; the answer
 carries its id (``dm_<uuid7>``: ids order by posting). Concurrent posts share one commit
-(the hub's grouped service calls): on SQLite a commit per post would cap the rate. The row is the batch writers' to
-insert (``handlers/danmaku.py``), after moderation.
+(the hub's grouped service calls): on SQLite a commit per post would cap the rate. The row
+is the batch writers' to insert (``handlers/danmaku.py``), after moderation.
 """
 
 from __future__ import annotations
