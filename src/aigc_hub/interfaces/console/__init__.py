@@ -16,7 +16,16 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.staticfiles import StaticFiles
 
-from aigc_hub.interfaces.console import auth, dashboard, dlq, gallery, playback, reviews, tasks
+from aigc_hub.interfaces.console import (
+    auth,
+    dashboard,
+    dlq,
+    gallery,
+    playback,
+    reviews,
+    tasks,
+    videos,
+)
 from aigc_hub.interfaces.console.rendering import PREFIX, STATIC_DIR
 
 #: Where the stylesheet and script are served.
@@ -36,6 +45,7 @@ def router() -> APIRouter:
         gallery.router,
         reviews.router,
         playback.router,
+        videos.router,
     )
     for part in parts:
         combined.include_router(part)
