@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Final
 
 #: Arguments every FFmpeg run starts with: no stdin, no banner or progress, errors only.
@@ -153,7 +154,10 @@ def dash(
     once at the top rung's audio bitrate."""
     splits = "".join(f"[s{i}]" for i in range(len(rungs)))
     graph = [f"[0:v:0]split={len(rungs)}{splits}"]
-    graph += [f"[s{i}]scale={r.width}:{r.height},setsar=1[v{i}]" for i, r in enumerate(rungs)]
+    top = max(rungs, key=lambda r: r.height)
+    graph += [
+        f"[s{i}]scale={r.width}:{r.height},{same_aspect(r, top)}[v{i}]" for i, r in enumerate(rungs)
+    ]
     args = [*COMMON, *source, "-filter_complex", ";".join(graph)]
     for i, r in enumerate(rungs):
         args += ["-map", f"[v{i}]", f"-b:v:{i}", f"{r.video_kbps}k"]
@@ -185,6 +189,16 @@ def dash(
         "chunk-$RepresentationID$-$Number%05d$.m4s",
         "out/manifest.mpd",
     ]
+
+
+def same_aspect(rung: Rung, top: Rung) -> str:
+    """The ``setsar`` filter that shows ``rung`` at ``top``'s display aspect ratio. Even sides
+    round a rung's own ratio a little (426x240 is not 16:9), and FFmpeg's DASH muxer refuses
+    an adaptation set whose pictures differ in display aspect: the pixels absorb it."""
+    sar = Fraction(top.width * rung.height, top.height * rung.width)
+    if sar == 1:
+        return "setsar=1"
+    return f"setsar={sar.numerator}/{sar.denominator}:max={max(sar.numerator, sar.denominator)}"
 
 
 def poster(source: Sequence[str], size: tuple[int, int]) -> list[str]:
