@@ -12,10 +12,10 @@ import sqlalchemy as sa
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.pipelines.vistack import events
 from aigc_hub.pipelines.vistack.models import vistack_comments
-from aigc_hub.store.tables import audit_log, inbox
+from aigc_hub.store.tables import audit_log
 from aigc_hub.tenancy import create_tenant, create_tenant_key
 from tests.support.hubs import make_broker, wait_until
-from tests.support.vistack import published_video, vistack_stack
+from tests.support.vistack import handled, published_video, vistack_stack
 
 
 async def _status(hub: object, comment_id: str) -> str | None:
@@ -143,17 +143,7 @@ async def test_comments_are_moderated_listed_with_cursors_and_reviewed(
             async with hub.transaction() as conn:
                 await hub.outbox.add(conn, [env])
 
-            async def handled() -> bool:
-                async with hub.engine.connect() as conn:
-                    return bool(
-                        await conn.scalar(
-                            sa.select(sa.func.count())
-                            .select_from(inbox)
-                            .where(inbox.c.event_id == env.event_id)
-                        )
-                    )
-
-            await wait_until(handled, timeout=60)
+            await wait_until(lambda: handled(hub, env.event_id), timeout=60)
             async with hub.engine.connect() as conn:
                 text = await conn.scalar(
                     sa.select(vistack_comments.c.text).where(vistack_comments.c.id == top[1])

@@ -18,7 +18,6 @@ import sqlalchemy as sa
 
 from aigc_hub.cache.redis import RedisCache
 from aigc_hub.pipelines.vistack.handlers.transcode import BEFORE_PUBLISH
-from aigc_hub.pipelines.vistack.models import vistack_video_events, vistack_videos
 from aigc_hub.store.tables import audit_log
 from tests.conftest import kafka_or_skip
 from tests.support.hubs import make_broker, wait_until
@@ -28,37 +27,14 @@ from tests.support.vistack import (
     process_state,
     running_transcoder,
     upload_video,
+    video_moves,
+    video_row,
     vistack_stack,
     worker_env,
 )
 from tests.support.workers import worker_process
 
 GROUP = "vistack-consumer-group"
-
-
-async def _row(hub: Any, video_id: str) -> dict[str, Any]:
-    async with hub.engine.connect() as conn:
-        row = (
-            (await conn.execute(sa.select(vistack_videos).where(vistack_videos.c.id == video_id)))
-            .mappings()
-            .one()
-        )
-    return dict(row)
-
-
-async def _moves(hub: Any, video_id: str) -> list[str]:
-    async with hub.engine.connect() as conn:
-        return list(
-            (
-                await conn.execute(
-                    sa.select(vistack_video_events.c.to_status)
-                    .where(vistack_video_events.c.video_id == video_id)
-                    .order_by(vistack_video_events.c.id)
-                )
-            )
-            .scalars()
-            .all()
-        )
 
 
 async def _audited(hub: Any, action: str) -> list[dict[str, Any]]:
@@ -123,19 +99,19 @@ async def test_a_worker_killed_mid_transcode_is_requeued_by_the_watchdog_and_pub
                 video_id = (await upload_video(client, clip, "long"))["video_id"]
 
                 async def transcoding() -> bool:
-                    return (await _row(hub, video_id))["stage"] == "transcoding"
+                    return (await video_row(hub, video_id))["stage"] == "transcoding"
 
                 await wait_until(transcoding, timeout=120)
                 doomed.send_signal(signal.SIGKILL)
                 assert await asyncio.to_thread(doomed.wait, 30) == -signal.SIGKILL
             finally:
                 _stop(doomed)
-            assert (await _row(hub, video_id))["status"] == "processing"
+            assert (await video_row(hub, video_id))["status"] == "processing"
             survivor = worker_process(GROUP, env, log)
             try:
 
                 async def published() -> bool:
-                    return (await _row(hub, video_id))["status"] == "published"
+                    return (await video_row(hub, video_id))["status"] == "published"
 
                 await wait_until(published, timeout=180)
             finally:
@@ -143,11 +119,11 @@ async def test_a_worker_killed_mid_transcode_is_requeued_by_the_watchdog_and_pub
                 await asyncio.to_thread(survivor.wait, 60)
         requeued = await _audited(hub, "scan.vistack-watchdog")
         assert [a["result"] for a in requeued if a["target"] == video_id] == ["requeued_processing"]
-        moves = await _moves(hub, video_id)
+        moves = await video_moves(hub, video_id)
         assert moves.count("published") == 1
         assert moves[-3:] == ["pending", "processing", "published"]
         assert transcoder.calls == 2  # the killed run and the one that published
-        row = await _row(hub, video_id)
+        row = await video_row(hub, video_id)
         assert row["attempts"] == 2
 
 
@@ -211,15 +187,15 @@ async def test_a_worker_paused_past_its_lease_has_its_late_result_refused_by_the
                         return process_state(paused.pid) == "T"
 
                     await wait_until(stopped, timeout=120)
-                    first = await _row(hub, video_id)
+                    first = await video_row(hub, video_id)
                     assert first["status"] == "processing"
                     other = worker_process(GROUP, env, log)
 
                     async def published() -> bool:
-                        return (await _row(hub, video_id))["status"] == "published"
+                        return (await video_row(hub, video_id))["status"] == "published"
 
                     await wait_until(published, timeout=180)
-                    winner = await _row(hub, video_id)
+                    winner = await video_row(hub, video_id)
                     assert winner["fencing_token"] > first["fencing_token"]
                     os.kill(paused.pid, signal.SIGCONT)
 
@@ -237,11 +213,11 @@ async def test_a_worker_paused_past_its_lease_has_its_late_result_refused_by_the
             assert fenced["target"] == video_id
             assert fenced["detail"]["token"] == first["fencing_token"]
             assert fenced["detail"]["newer"] == winner["fencing_token"]
-            after = await _row(hub, video_id)
+            after = await video_row(hub, video_id)
             # The late result changed nothing: the winner's manifest, published once.
             assert after["manifest_key"] == winner["manifest_key"]
             assert str(winner["fencing_token"]) in after["manifest_key"]
-            assert (await _moves(hub, video_id)).count("published") == 1
+            assert (await video_moves(hub, video_id)).count("published") == 1
             assert transcoder.calls == 2
 
 

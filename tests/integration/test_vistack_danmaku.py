@@ -16,11 +16,11 @@ import sqlalchemy as sa
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.pipelines.vistack import events
 from aigc_hub.pipelines.vistack.models import vistack_danmaku
-from aigc_hub.store.tables import dead_letters, inbox
+from aigc_hub.store.tables import dead_letters
 from aigc_hub.tenancy import create_tenant, create_tenant_key
 from tests.support.hubs import make_broker, wait_until
 from tests.support.sse import FrameReader
-from tests.support.vistack import published_video, vistack_stack
+from tests.support.vistack import handled, published_video, vistack_stack
 
 USERS = 50
 PER_USER = 200  # 10,000 in all
@@ -148,17 +148,7 @@ async def test_ten_thousand_danmaku_from_fifty_users_arrive_in_order_on_two_live
             async with hub.transaction() as conn:
                 await hub.outbox.add(conn, [env])
 
-            async def handled() -> bool:
-                async with hub.engine.connect() as conn:
-                    return bool(
-                        await conn.scalar(
-                            sa.select(sa.func.count())
-                            .select_from(inbox)
-                            .where(inbox.c.event_id == env.event_id)
-                        )
-                    )
-
-            await wait_until(handled, timeout=60)
+            await wait_until(lambda: handled(hub, env.event_id), timeout=60)
             assert await _stored(hub) == USERS * PER_USER
 
 

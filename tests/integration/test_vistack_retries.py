@@ -11,30 +11,25 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import sqlalchemy as sa
 from fastapi import FastAPI, Request
 from prometheus_client import REGISTRY
 
 from aigc_hub.cache.memory import MemoryCache
 from aigc_hub.core.clock import ManualClock
 from aigc_hub.pipelines.vistack import rules
-from aigc_hub.pipelines.vistack.models import vistack_video_events, vistack_videos
 from aigc_hub.reliability.dlq import DeadLetterFilter
 from tests.support.hubs import make_broker, wait_until
 from tests.support.served import serve
-from tests.support.vistack import make_clip, running_transcoder, upload_video, vistack_stack
+from tests.support.vistack import (
+    make_clip,
+    running_transcoder,
+    upload_video,
+    video_moves,
+    video_row,
+    vistack_stack,
+)
 
 GAVE_UP = "aigc_hub_vistack_transcode_gave_up_total"
-
-
-async def _row(hub: Any, video_id: str) -> dict[str, Any]:
-    async with hub.engine.connect() as conn:
-        row = (
-            (await conn.execute(sa.select(vistack_videos).where(vistack_videos.c.id == video_id)))
-            .mappings()
-            .one()
-        )
-    return dict(row)
 
 
 async def test_an_unavailable_transcoder_is_tried_seven_times_on_the_seeds_delays_then_dead_lettered_alerted_and_replayed(  # noqa: E501
@@ -74,11 +69,11 @@ async def test_an_unavailable_transcoder_is_tried_seven_times_on_the_seeds_delay
             for attempt in range(1, 7):
 
                 async def waiting(n: int = attempt) -> bool:
-                    row = await _row(hub, video_id)
+                    row = await video_row(hub, video_id)
                     return row["attempts"] == n and row["status"] == "pending"
 
                 await wait_until(waiting, timeout=60)
-                row = await _row(hub, video_id)
+                row = await video_row(hub, video_id)
                 delay_s = (row["retry_at"] - clock.now_ms()) / 1000
                 seed_s = 60 * 2 ** (attempt - 1)
                 assert 0.8 * seed_s <= delay_s <= 1.2 * seed_s, (attempt, delay_s)
@@ -86,14 +81,14 @@ async def test_an_unavailable_transcoder_is_tried_seven_times_on_the_seeds_delay
                 # Not a moment early: the retry waits in the ZSET until it is due.
                 assert await hub.cache.timers.next_due(rules.RETRY_QUEUE) == row["retry_at"]
                 await clock.advance(delay_s - 1)
-                assert (await _row(hub, video_id))["attempts"] == attempt
+                assert (await video_row(hub, video_id))["attempts"] == attempt
                 await clock.advance(1 + 5)  # due, and the dispatcher's next scan
 
             async def failed() -> bool:
-                return (await _row(hub, video_id))["status"] == "failed"
+                return (await video_row(hub, video_id))["status"] == "failed"
 
             await wait_until(failed, timeout=60)
-            row = await _row(hub, video_id)
+            row = await video_row(hub, video_id)
             assert (row["attempts"], row["error_code"]) == (7, "attempts_exhausted")
             assert transcoder.calls == 7
             [letter] = await hub.dlq.list(DeadLetterFilter(topic="transcode"))
@@ -122,24 +117,13 @@ async def test_an_unavailable_transcoder_is_tried_seven_times_on_the_seeds_delay
                 assert replay.status_code in (200, 303), replay.text
 
             async def published() -> bool:
-                return (await _row(hub, video_id))["status"] == "published"
+                return (await video_row(hub, video_id))["status"] == "published"
 
             await wait_until(published, timeout=120)
-            row = await _row(hub, video_id)
+            row = await video_row(hub, video_id)
             assert (row["retry_epoch"], row["attempts"]) == (1, 1)
             assert transcoder.calls == 8
-            async with hub.engine.connect() as conn:
-                moves = (
-                    (
-                        await conn.execute(
-                            sa.select(vistack_video_events.c.to_status)
-                            .where(vistack_video_events.c.video_id == video_id)
-                            .order_by(vistack_video_events.c.id)
-                        )
-                    )
-                    .scalars()
-                    .all()
-                )
+            moves = await video_moves(hub, video_id)
             # 7 × (processing, then pending or failed), replayed → pending, processing,
             # published: once.
             assert moves.count("published") == 1

@@ -279,3 +279,44 @@ async def published_video(hub: Hub, tenant_id: str, title: str = "watched") -> s
     async with hub.transaction() as conn:
         await conn.execute(vistack_videos.insert(), row)
     return message.videoId
+
+
+async def video_row(hub: Hub, video_id: str) -> dict[str, Any]:
+    """The video's row as stored."""
+    import sqlalchemy as sa
+
+    from aigc_hub.pipelines.vistack.models import vistack_videos
+
+    async with hub.engine.connect() as conn:
+        row = (
+            (await conn.execute(sa.select(vistack_videos).where(vistack_videos.c.id == video_id)))
+            .mappings()
+            .one()
+        )
+    return dict(row)
+
+
+async def video_moves(hub: Hub, video_id: str) -> list[str]:
+    """The statuses the video moved to, in order (its history)."""
+    import sqlalchemy as sa
+
+    from aigc_hub.pipelines.vistack.models import vistack_video_events as t
+
+    async with hub.engine.connect() as conn:
+        found = await conn.execute(
+            sa.select(t.c.to_status).where(t.c.video_id == video_id).order_by(t.c.id)
+        )
+        return list(found.scalars().all())
+
+
+async def handled(hub: Hub, event_id: str) -> bool:
+    """Whether a consumer group marked ``event_id`` handled in its inbox."""
+    import sqlalchemy as sa
+
+    from aigc_hub.store.tables import inbox
+
+    async with hub.engine.connect() as conn:
+        count = await conn.scalar(
+            sa.select(sa.func.count()).select_from(inbox).where(inbox.c.event_id == event_id)
+        )
+    return bool(count)

@@ -10,7 +10,6 @@ the same 404 as an unknown id); an admin sees every tenant's.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Mapping
 from typing import Annotated, Any
 
@@ -25,10 +24,9 @@ from aigc_hub.interfaces.console.gallery import scope_of
 from aigc_hub.interfaces.console.rendering import page
 from aigc_hub.interfaces.http.auth import hub_of
 from aigc_hub.pipelines.vistack import danmaku, playback
+from aigc_hub.pipelines.vistack.interactions_http import live_events
 from aigc_hub.pipelines.vistack.models import vistack_videos
-from aigc_hub.pipelines.vistack.records import SUBJECT
 from aigc_hub.pipelines.vistack.state import STATE, Vistack
-from aigc_hub.reliability.notification_feed import FeedItem, Gap
 from aigc_hub.store.engine import reader
 
 HubDep = Annotated[Hub, Depends(hub_of)]
@@ -36,6 +34,8 @@ VideoId = Annotated[str, Path(pattern=r"^vid_[0-9a-f]{32}$")]
 router = APIRouter(route_class=ConsoleRoute)
 #: The window the page asks for around the current time, ms.
 WINDOW_MS = 30_000
+#: How long one live stream lasts (EventSource reconnects by itself).
+LIVE_MAX_S = 3600.0
 
 
 def _vistack(hub: Hub) -> Vistack | None:
@@ -125,25 +125,7 @@ async def danmaku_live(
     if row is None:
         yield ServerSentEvent(event="gone", data={"detail": "no such video"})
         return
-    feed = hub.notification_feed
-    await feed.start()
-    sub = feed.subscribe(str(row["tenant_id"]), [video_id])
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + feed.settings.max_stream_s
-    try:
-        yield ServerSentEvent(comment="ready")
-        while (left := deadline - loop.time()) > 0:
-            item = await sub.next(min(feed.settings.heartbeat_s, left))
-            if isinstance(item, FeedItem):
-                note = item.notification
-                if note.subject_type == SUBJECT and note.kind == "messages":
-                    for one in note.data.get("danmaku", []):
-                        yield ServerSentEvent(event="danmaku", data=one)
-            elif isinstance(item, Gap):
-                yield ServerSentEvent(event="reset", data={"reason": item.reason})
-            elif sub.closed:
-                return
-            else:
-                yield ServerSentEvent(comment="heartbeat")
-    finally:
-        sub.close()
+    async for event in live_events(
+        hub.notification_feed, str(row["tenant_id"]), video_id, LIVE_MAX_S
+    ):
+        yield event

@@ -17,7 +17,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from aigc_hub.interfaces.http import kit
 from aigc_hub.interfaces.http.kit import Problem
-from aigc_hub.reliability.notification_feed import FeedItem, Gap
+from aigc_hub.reliability.notification_feed import FeedItem, Gap, NotificationFeed
 
 from . import comments, danmaku, services
 from .records import SUBJECT
@@ -123,8 +123,17 @@ async def live(
     assert who.tenant_id is not None
     await KNOWN.check(vs, who.tenant_id, video_id)
     feed = kit.hub_of(request).notification_feed
+    async for event in live_events(feed, who.tenant_id, video_id, max_seconds):
+        yield event
+
+
+async def live_events(
+    feed: NotificationFeed, tenant_id: str, video_id: str, max_seconds: float
+) -> AsyncIterator[ServerSentEvent]:
+    """The video's danmaku as SSE events from the hub's notification feed (also the
+    console's): ``danmaku`` per visible one, ``reset`` on a gap, heartbeats while idle."""
     await feed.start()
-    sub = feed.subscribe(who.tenant_id, [video_id])
+    sub = feed.subscribe(tenant_id, [video_id])
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(max_seconds, feed.settings.max_stream_s)
     try:
