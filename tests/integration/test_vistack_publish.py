@@ -26,6 +26,7 @@ from aigc_hub.pipelines.vistack import events, services
 from aigc_hub.pipelines.vistack.models import vistack_videos
 from tests.support.hubs import make_broker
 from tests.support.redis_dbs import private_redis_url
+from tests.support.sse import FrameReader
 from tests.support.vistack import (
     VistackStack,
     make_clip,
@@ -219,3 +220,40 @@ async def test_a_v1_transcode_message_is_read_beside_v2_with_the_default_ladder(
             # The default ladder (360, 720) planned for a 480-line source: 360 and its own.
             assert [r["height"] for r in v1_done["renditions"]] == [360, 480]
         assert transcoder.calls == 2
+
+
+async def test_the_transcoders_progress_reaches_the_tenants_event_stream(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    clip = make_clip(tmp_path / "clip.mp4", seconds=2.0)
+    async with (
+        running_transcoder(tmp_path) as transcoder,
+        vistack_stack(
+            sqlite_url,
+            make_broker("embedded", tmp_path),
+            tmp_path,
+            blobs=transcoder.store,
+            transcoder_address=transcoder.address,
+        ) as stack,
+    ):
+        key = await stack.tenant("site")
+        async with stack.client(key) as client, client.stream("GET", "/v1/events") as events_:
+            reader = FrameReader(events_)
+            try:
+                assert (await reader.next()).comments == ["ready"]
+                video_id = (await upload_video(client, clip, "followed"))["video_id"]
+                notes: list[dict[str, Any]] = []
+                while not notes or notes[-1]["status"] != "published":
+                    frame = await reader.next(timeout=60)
+                    if frame.event == "notification" and frame.json()["subject_id"] == video_id:
+                        notes.append(frame.json())
+            finally:
+                await reader.aclose()
+    progress = [n for n in notes if n["kind"] == "progress"]
+    stages = [n["stage"] for n in progress]
+    # The transcoder's stages in order, each fraction at least the one before.
+    assert stages[0] == "downloading" and "transcoding" in stages and stages[-1] == "uploading"
+    fractions = [n["progress"] for n in progress]
+    assert fractions == sorted(fractions)
+    assert [n["status"] for n in notes if n["kind"] == "status"] == ["processing", "published"]
+    assert notes[-1]["progress"] == 1.0
