@@ -172,12 +172,12 @@ async def test_a_still_image_gets_a_poster_and_no_moving_variant(
     assert ladder.profiles_for(info) == ("poster",)
     made = await make_variant("poster", png, info, tmp_path)
     assert picture_size(made.directory / "poster.jpg") == (1280, 720)
-    for profile in ("proxy", "hls", "thumbnails", "waveform"):
+    for profile in ("proxy", "hls", "thumbnails", "waveform", "dash"):
         with pytest.raises(MediaRefused) as refused:
             await make_variant(profile, png, info, tmp_path)
         assert refused.value.code == "profile"
     with pytest.raises(ValueError, match="unknown variant profile"):
-        await make_variant("dash", png, info, tmp_path)
+        await make_variant("smooth", png, info, tmp_path)
 
 
 async def test_a_second_run_replaces_the_first_runs_files(mute: Path, tmp_path: Path) -> None:

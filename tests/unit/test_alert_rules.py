@@ -21,6 +21,7 @@ from aigc_hub.cli.topics import merged_catalog
 from aigc_hub.observability import metrics
 from aigc_hub.pipelines.avcc import metrics as avcc_metrics
 from aigc_hub.pipelines.vistack import metrics as vistack_metrics
+from aigc_hub.pipelines.vistack.transcoder import metrics as transcoder_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "aigc-hub.rules.yml"
@@ -112,7 +113,7 @@ def _metric_names(expr: str) -> set[str]:
 
 def _exposed_series() -> set[str]:
     names: set[str] = set()
-    for metric in (*metrics.ALL, *avcc_metrics.ALL, *vistack_metrics.ALL):
+    for metric in (*metrics.ALL, *avcc_metrics.ALL, *vistack_metrics.ALL, *transcoder_metrics.ALL):
         for family in metric.describe():
             names.add(f"{family.name}_total" if family.type == "counter" else family.name)
             if family.type == "histogram":

@@ -18,12 +18,19 @@ from aigc_hub.observability import exporter, metrics
 from aigc_hub.pipelines.avcc import metrics as avcc_metrics
 from aigc_hub.pipelines.avcc.handlers import sink as avcc_sink
 from aigc_hub.pipelines.vistack import metrics as vistack_metrics
+from aigc_hub.pipelines.vistack.transcoder import metrics as transcoder_metrics
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 ROW = re.compile(r"^\| `(aigc_hub_[a-z0-9_]+)` \| (\w+) \| ([^|]+) \|", re.MULTILINE)
 SAMPLE_LABEL = "test-sample"
 #: The backbone's metrics and those pipelines declare (docs/metrics.md lists them all).
-ALL = (*metrics.ALL, *avcc_sink.METRICS, *avcc_metrics.ALL, *vistack_metrics.ALL)
+ALL = (
+    *metrics.ALL,
+    *avcc_sink.METRICS,
+    *avcc_metrics.ALL,
+    *vistack_metrics.ALL,
+    *transcoder_metrics.ALL,
+)
 
 
 def _documented() -> dict[str, tuple[str, tuple[str, ...]]]:

@@ -18,7 +18,6 @@ import sqlalchemy as sa
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.errors import RetryableError
 from aigc_hub.runtime.context import HandlerContext
-from aigc_hub.store.engine import reader
 
 from .. import events, records, rules, services
 from ..models import vistack_comments, vistack_danmaku, vistack_video_events, vistack_videos
@@ -26,6 +25,9 @@ from ..records import Video
 from ..state import Vistack
 from . import consumer
 
+#: How long a delete holds the video's lease: deletes are quick, and a worker that died
+#: mid-delete must not hold up the redelivery for a transcode's half hour.
+DELETE_LEASE_MS = 120_000
 #: Where a crash test kills a worker: objects deleted, rows not yet.
 AFTER_OBJECTS = "vistack.delete_file.after_objects"
 
@@ -39,22 +41,24 @@ async def on_delete_file(vs: Vistack, env: Envelope, ctx: HandlerContext) -> lis
     """Delete the video of ``env`` unless an earlier delivery did."""
     assert isinstance(ctx.payload, events.DeleteFile)
     video_id = ctx.payload.videoId
-    async with reader(vs.hub.engine) as conn:
+    async with ctx.read() as conn:
         video = await records.load(conn, video_id)
     if video is None or video.tenant_id != ctx.payload.tenantId:
         return []
     leases = vs.hub.cache.leases
-    lease = await leases.acquire(
-        rules.lease_name(video_id), vs.owner, int(vs.settings.lease_s * 1000)
-    )
+    lease = await leases.acquire(rules.lease_name(video_id), vs.owner, DELETE_LEASE_MS)
     if lease is None:
         raise VideoBusy(f"video {video_id} is being transcoded; its delete waits")
     try:
         await _delete_objects(vs, video)
         vs.hub.failpoints.hit(AFTER_OBJECTS)
-        await _delete_rows(vs, video_id)
-    finally:
+    except BaseException:
         await leases.release(lease)
+        raise
+    # The rows go with the record's commit. The lease is kept until it runs out: no
+    # transcode starts on a video that is being deleted (a later message finds no row).
+    for statement in _row_deletes(video_id):
+        ctx.write(statement)
     return []
 
 
@@ -69,14 +73,11 @@ async def _delete_objects(vs: Vistack, video: Video) -> None:
     await store.delete(services.cover_key(video.tenant_id, video.id))
 
 
-async def _delete_rows(vs: Vistack, video_id: str) -> None:
-    """The video's interactions, history and row, in one transaction."""
-    async with vs.hub.transaction() as conn:
-        await conn.execute(sa.delete(vistack_danmaku).where(vistack_danmaku.c.video_id == video_id))
-        await conn.execute(
-            sa.delete(vistack_comments).where(vistack_comments.c.video_id == video_id)
-        )
-        await conn.execute(
-            sa.delete(vistack_video_events).where(vistack_video_events.c.video_id == video_id)
-        )
-        await conn.execute(sa.delete(vistack_videos).where(vistack_videos.c.id == video_id))
+def _row_deletes(video_id: str) -> list[sa.Delete]:
+    """The video's interactions, history and row (one transaction: the record's commit)."""
+    return [
+        sa.delete(vistack_danmaku).where(vistack_danmaku.c.video_id == video_id),
+        sa.delete(vistack_comments).where(vistack_comments.c.video_id == video_id),
+        sa.delete(vistack_video_events).where(vistack_video_events.c.video_id == video_id),
+        sa.delete(vistack_videos).where(vistack_videos.c.id == video_id),
+    ]

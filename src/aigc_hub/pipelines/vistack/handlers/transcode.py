@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -29,10 +29,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from aigc_hub.cache.base import Lease
 from aigc_hub.core import errors
 from aigc_hub.core.envelope import Envelope
+from aigc_hub.core.errors import StaleTransition
 from aigc_hub.messaging import headers
 from aigc_hub.reliability import audit
+from aigc_hub.reliability.outbox import Routed
 from aigc_hub.runtime.context import HandlerContext
-from aigc_hub.store.engine import reader
 from aigc_hub.store.fencing import FencedOut
 
 from .. import alerts, events, metrics, records, rules, services
@@ -72,7 +73,7 @@ async def on_transcode(vs: Vistack, env: Envelope, ctx: HandlerContext) -> list[
     """Transcode the video of ``env`` (v1 or v2) unless it is done or taken."""
     assert ctx.payload is not None
     message = events.transcode_v2(ctx.payload)
-    video = await _startable(vs, message.videoId, replayed=_replayed(ctx))
+    video = await _startable(vs, ctx, message.videoId)
     if video is None:
         metrics.TRANSCODES.labels("skipped").inc()
         return []
@@ -84,29 +85,26 @@ async def on_transcode(vs: Vistack, env: Envelope, ctx: HandlerContext) -> list[
         metrics.TRANSCODES.labels("skipped").inc()
         return []
     try:
-        await _run(vs, video, message, lease)
+        await _run(vs, ctx, video, message, lease)
     finally:
         with contextlib.suppress(Exception):  # expired or taken over: nothing to give back
             await hub.cache.leases.release(lease)
     return []
 
 
-def _replayed(ctx: HandlerContext) -> bool:
-    return headers.REPLAYED_FROM_DLQ in ctx.record.headers
-
-
-async def _startable(vs: Vistack, video_id: str, *, replayed: bool) -> Video | None:
+async def _startable(vs: Vistack, ctx: HandlerContext, video_id: str) -> Video | None:
     """The video if this message has work to do: pending or processing, or failed and
     replayed from the DLQ (then back to pending in a new retry epoch); else None."""
-    async with reader(vs.hub.engine) as conn:
+    async with ctx.read() as conn:
         video = await records.load(conn, video_id)
     if video is None or video.status is VideoStatus.PUBLISHED:
         return None
     if video.status is not VideoStatus.FAILED:
         return video
-    if not replayed:
+    if headers.REPLAYED_FROM_DLQ not in ctx.record.headers:
         return None
-    async with vs.hub.transaction() as conn:
+
+    async def reopen(conn: AsyncConnection) -> Video:
         return await records.move_video(
             conn,
             video,
@@ -117,9 +115,14 @@ async def _startable(vs: Vistack, video_id: str, *, replayed: bool) -> Video | N
             values={"retry_epoch": video.retry_epoch + 1, "attempts": 0, "retry_at": None},
         )
 
+    return await ctx.checkpoint("a replayed video counts its attempts afresh", reopen)
 
-async def _run(vs: Vistack, video: Video, message: events.TranscodeV2, lease: Lease) -> None:
-    """One attempt under ``lease``: count it, claim the video, call the transcoder, settle."""
+
+async def _run(
+    vs: Vistack, ctx: HandlerContext, video: Video, message: events.TranscodeV2, lease: Lease
+) -> None:
+    """One attempt under ``lease``: count it, claim the video (committed before the call),
+    call the transcoder, and stage the outcome for the record's commit."""
     # Imported here: hubs that never transcode (an API process) need no gRPC.
     from ..adapters.transcoder import TranscodeRefused, TranscoderUnavailable
 
@@ -129,40 +132,46 @@ async def _run(vs: Vistack, video: Video, message: events.TranscodeV2, lease: Le
     )
     if attempt > s.max_attempts:
         raise AttemptsExhausted(video.id, attempt - 1, video.row.get("error_message") or "")
+
+    async def claim(conn: AsyncConnection) -> Video | None:
+        current = await records.load(conn, video.id)
+        if current is None or current.status not in (VideoStatus.PENDING, VideoStatus.PROCESSING):
+            return None
+        return await records.move_video(
+            conn,
+            current,
+            VideoStatus.PROCESSING,
+            cause=f"attempt {attempt}",
+            at=hub.clock.now_ms(),
+            outbox=hub.outbox,
+            token=lease.token,
+            values={"attempts": attempt, "stage": "queued", "progress": 0.0, "retry_at": None},
+        )
+
+    claimed = await ctx.checkpoint("the attempt, before the transcoder is called", claim)
+    if claimed is None:
+        metrics.TRANSCODES.labels("skipped").inc()
+        return
     try:
-        async with hub.transaction() as conn:
-            current = await records.load(conn, video.id)
-            if current is None or current.status not in (
-                VideoStatus.PENDING,
-                VideoStatus.PROCESSING,
-            ):
-                metrics.TRANSCODES.labels("skipped").inc()
-                return
-            claimed = await records.move_video(
-                conn,
-                current,
-                VideoStatus.PROCESSING,
-                cause=f"attempt {attempt}",
-                at=hub.clock.now_ms(),
-                outbox=hub.outbox,
-                token=lease.token,
-                values={"attempts": attempt, "stage": "queued", "progress": 0.0, "retry_at": None},
-            )
         async with _renewing(vs, lease):
-            result = await _transcode(vs, claimed, message, lease)
-        hub.failpoints.hit(BEFORE_PUBLISH)
-        await _publish(vs, claimed, result, lease)
-        metrics.TRANSCODES.labels("published").inc()
-    except FencedOut as exc:
-        await _fenced_out(vs, video.id, lease, exc)
+            result = await _transcode(vs, ctx, claimed, message, lease)
     except TranscodeRefused as exc:
         metrics.TRANSCODES.labels("refused").inc()
         raise SourceRefused(exc.code, exc.reason) from None
     except TranscoderUnavailable as exc:
         if attempt >= s.max_attempts:
             raise AttemptsExhausted(video.id, attempt, str(exc)) from None
-        await _schedule_retry(vs, video.id, message, lease, attempt, str(exc))
+        await _retry_later(vs, ctx, video.id, message, lease, attempt, str(exc))
         metrics.TRANSCODES.labels("retry").inc()
+        return
+    hub.failpoints.hit(BEFORE_PUBLISH)
+    # Committed now, not staged: the run that took over may have come by another record (a
+    # watchdog re-queue, a dispatcher retry) or by this one redelivered, and the inbox would
+    # silently drop this result in the second case only. The fence decides in both, and its
+    # refusal is audited either way.
+    await ctx.checkpoint(
+        "the result of the transcoder's run, fenced", _publish(vs, video.id, result, lease)
+    )
 
 
 @contextlib.asynccontextmanager
@@ -187,9 +196,9 @@ async def _renewing(vs: Vistack, lease: Lease) -> AsyncIterator[None]:
 
 
 async def _transcode(
-    vs: Vistack, video: Video, message: events.TranscodeV2, lease: Lease
+    vs: Vistack, ctx: HandlerContext, video: Video, message: events.TranscodeV2, lease: Lease
 ) -> TranscodeResult:
-    """The ProcessVideo call, its progress written (fenced) and announced as it comes.
+    """The ProcessVideo call, its progress committed (fenced) and announced as it comes.
 
     The run's outputs go under ``dash/{videoID}/<token>/``: a run never overwrites another's
     files, and the row names the manifest of the run that published.
@@ -197,8 +206,8 @@ async def _transcode(
     hub = vs.hub
 
     async def on_progress(stage: str, fraction: float) -> None:
-        async with hub.transaction() as conn:
-            await records.set_progress(
+        async def note(conn: AsyncConnection) -> bool:
+            return await records.set_progress(
                 conn,
                 video.id,
                 hub.clock.now_ms(),
@@ -207,6 +216,8 @@ async def _transcode(
                 token=lease.token,
                 outbox=hub.outbox,
             )
+
+        await ctx.checkpoint("the transcoder's progress, as it comes", note)
 
     return await vs.transcoder.process(
         video_id=video.id,
@@ -221,100 +232,112 @@ async def _transcode(
     )
 
 
-async def _publish(vs: Vistack, video: Video, result: TranscodeResult, lease: Lease) -> None:
-    """The seed's "事务写库 → published": the result in one fenced transaction."""
-    hub = vs.hub
-    now = hub.clock.now_ms()
-    async with hub.transaction() as conn:
-        current = await records.load(conn, video.id)
+def _publish(
+    vs: Vistack, video_id: str, result: TranscodeResult, lease: Lease
+) -> Callable[[AsyncConnection], Awaitable[None]]:
+    """The seed's "事务写库 → published" in one fenced transaction: a run whose lease a
+    newer one took has its result refused (and audited) instead."""
+
+    async def write(conn: AsyncConnection) -> None:
+        hub = vs.hub
+        now = hub.clock.now_ms()
+        current = await records.load(conn, video_id)
         if current is None:  # deleted while it was transcoding
             return
-        await records.move_video(
-            conn,
-            current,
-            VideoStatus.PUBLISHED,
-            cause="transcoded",
-            at=now,
-            outbox=hub.outbox,
-            token=lease.token,
-            values={
-                "stage": "published",
-                "progress": 1.0,
-                "manifest_key": result.manifest_key,
-                "cover_key": result.cover_key,
-                "duration_ms": result.duration_ms,
-                "renditions": [
-                    {
-                        "name": r.name,
-                        "width": r.width,
-                        "height": r.height,
-                        "bandwidth_bps": r.bandwidth_bps,
-                    }
-                    for r in result.renditions
-                ],
-                "published_at": now,
-                "error_code": None,
-                "error_message": None,
-            },
-        )
+        try:
+            await records.move_video(
+                conn,
+                current,
+                VideoStatus.PUBLISHED,
+                cause="transcoded",
+                at=now,
+                outbox=hub.outbox,
+                token=lease.token,
+                values={
+                    "stage": "published",
+                    "progress": 1.0,
+                    "manifest_key": result.manifest_key,
+                    "cover_key": result.cover_key,
+                    "duration_ms": result.duration_ms,
+                    "renditions": [
+                        {
+                            "name": r.name,
+                            "width": r.width,
+                            "height": r.height,
+                            "bandwidth_bps": r.bandwidth_bps,
+                        }
+                        for r in result.renditions
+                    ],
+                    "published_at": now,
+                    "error_code": None,
+                    "error_message": None,
+                },
+            )
+        except FencedOut as exc:  # refused before anything was written
+            metrics.TRANSCODES.labels("fenced").inc()
+            log.warning("transcode of %s fenced out: %s", video_id, exc)
+            await audit.record(
+                conn,
+                at=now,
+                actor=vs.owner,
+                action="vistack.transcode.fenced_out",
+                target=video_id,
+                result="refused",
+                detail={"token": lease.token, "newer": exc.newer},
+            )
+            return
+        except StaleTransition:  # another run published it first (same token cannot race)
+            return
+        metrics.TRANSCODES.labels("published").inc()
+
+    return write
 
 
-async def _schedule_retry(
+async def _retry_later(
     vs: Vistack,
+    ctx: HandlerContext,
     video_id: str,
     message: events.TranscodeV2,
     lease: Lease,
     attempt: int,
     error: str,
 ) -> None:
-    """Back to ``pending`` until ``retry_at`` (fenced), then the message into the ZSET.
-
-    In this order: a crash between the two leaves a pending video whose retry_at passed,
-    which the watchdog re-queues.
-    """
+    """The message into the ZSET at the seed's delay, and the video back to ``pending``
+    until then (staged, fenced). The timer first: if the commit is lost the record comes
+    back and schedules it again (a member is replaced, never doubled); a timer lost with the
+    cache leaves a pending video whose retry_at passed, which the watchdog re-queues."""
     hub, s = vs.hub, vs.settings
     now = hub.clock.now_ms()
     delay_s = rules.retry_delay_s(
         attempt, base_s=s.retry_base_s, cap_s=s.retry_cap_s, jitter=s.retry_jitter
     )
     due = now + int(delay_s * 1000)
-    async with hub.transaction() as conn:
-        current = await records.load(conn, video_id)
-        if current is None or current.status is not VideoStatus.PROCESSING:
-            return
-        await records.move_video(
-            conn,
-            current,
-            VideoStatus.PENDING,
-            cause=f"attempt {attempt} failed; retry in {delay_s:.0f} s",
-            at=now,
-            outbox=hub.outbox,
-            token=lease.token,
-            values={
-                "retry_at": due,
-                "stage": "waiting for retry",
-                "error_code": "transcoder_unavailable",
-                "error_message": error[:500],
-            },
-        )
     retry = services.transcode_envelope(message, source=events.DISPATCHER_SVC)
     await hub.cache.timers.schedule(rules.RETRY_QUEUE, video_id, due, retry.to_bytes())
 
+    async def wait(conn: AsyncConnection) -> list[Envelope | Routed] | None:
+        current = await records.load(conn, video_id)
+        if current is None or current.status is not VideoStatus.PROCESSING:
+            return None
+        with contextlib.suppress(FencedOut, StaleTransition):
+            await records.move_video(
+                conn,
+                current,
+                VideoStatus.PENDING,
+                cause=f"attempt {attempt} failed; retry in {delay_s:.0f} s",
+                at=now,
+                outbox=hub.outbox,
+                token=lease.token,
+                values={
+                    "retry_at": due,
+                    "stage": "waiting for retry",
+                    "error_code": "transcoder_unavailable",
+                    "error_message": error[:500],
+                },
+            )
+        return None
 
-async def _fenced_out(vs: Vistack, video_id: str, lease: Lease, exc: FencedOut) -> None:
-    """This run lost its lease to a newer one: its result is refused, and audited."""
-    metrics.TRANSCODES.labels("fenced").inc()
-    log.warning("transcode of %s fenced out: %s", video_id, exc)
-    async with vs.hub.transaction() as conn:
-        await audit.record(
-            conn,
-            at=vs.hub.clock.now_ms(),
-            actor=vs.owner,
-            action="vistack.transcode.fenced_out",
-            target=video_id,
-            result="refused",
-            detail={"token": lease.token, "newer": exc.newer},
-        )
+    ctx.write(wait)
 
 
 @consumer.on_dead_letter_of(events.TRANSCODE)

@@ -26,6 +26,7 @@ import grpc
 
 from aigc_hub.blobs import keys
 from aigc_hub.blobs.base import BlobNotFound, BlobStore, ObjectTooLarge, download, file_chunks
+from aigc_hub.core import errors
 from aigc_hub.media import ladder, sandbox
 from aigc_hub.media.probe import probe
 from aigc_hub.media.sandbox import MediaLimits, MediaRefused
@@ -40,8 +41,9 @@ CONTENT_TYPES: Final = {".mpd": "application/dash+xml", ".m4s": "video/iso.segme
 DEFAULT_HEIGHTS: Final = (360, 720)
 
 
-class Refusal(Exception):
-    """A call answered with a status code and a reason."""
+class Refusal(errors.HubError):
+    """A call answered with a status code and a reason (the servicer's own control flow:
+    it never leaves the service)."""
 
     def __init__(self, code: grpc.StatusCode, reason: str, outcome: str) -> None:
         super().__init__(reason)
