@@ -41,8 +41,9 @@ class VistackSettings(BaseSettings):
     )
     transcoder_address: str = Field(
         "127.0.0.1:50051",
-        description="host:port of the transcoder's gRPC service (`aigc-hub vistack transcoder "
-        "serve`); several transcoders may stand behind one address",
+        description="the transcoder's gRPC service (`aigc-hub vistack transcoder serve`): "
+        "host:port, or a gRPC target naming several (`dns:///name:port`, "
+        "`ipv4:a:port,b:port`), called in turn",
     )
     run_transcoder: bool = Field(
         True,

@@ -9,8 +9,10 @@ it), a request or source it refuses is :class:`TranscodeRefused` (permanent).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 import grpc
 
@@ -21,6 +23,9 @@ from ..transcoder import transcoder_pb2_grpc as pb_grpc
 from ..transcoder.server import OPTIONS
 
 OnProgress = Callable[[str, float], Awaitable[None]]
+#: Calls spread over every address the target resolves to (a DNS name of several
+#: transcoders, or ``ipv4:host:port,host:port``), not pinned to the first one.
+ROUND_ROBIN: Final = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
 _REFUSED = {
     grpc.StatusCode.INVALID_ARGUMENT: "invalid_request",
     grpc.StatusCode.NOT_FOUND: "source_missing",
@@ -63,12 +68,14 @@ class TranscodeResult:
 
 
 class TranscoderClient:
-    """Calls ``ProcessVideo`` at ``target`` (``host:port``; several transcoders may stand
-    behind it)."""
+    """Calls ``ProcessVideo`` at ``target``: ``host:port``, or any gRPC name that resolves
+    to several transcoders (``dns:///transcoders:50051``, ``ipv4:10.0.0.1:50051,10.0.0.2:50051``),
+    which the calls take in turn."""
 
     def __init__(self, target: str) -> None:
         self.target = target
-        self._channel = grpc.aio.insecure_channel(target, options=OPTIONS)
+        options = (*OPTIONS, ("grpc.service_config", ROUND_ROBIN))
+        self._channel = grpc.aio.insecure_channel(target, options=options)
         self._stub = pb_grpc.TranscoderStub(self._channel)
 
     async def close(self) -> None:

@@ -61,9 +61,11 @@ def _check(request: pb.ProcessVideoRequest) -> list[int]:
             grpc.StatusCode.INVALID_ARGUMENT, "video_id and tenant_id are required", "invalid"
         )
     try:
-        keys.check_key(request.source_key)
-        keys.check_key(request.cover_key)
-        keys.check_key(request.output_prefix + "manifest.mpd")
+        # Every key under the request's tenant: a caller naming another tenant's objects
+        # (by mistake or not) reads and writes nothing of theirs.
+        for key in (request.source_key, request.cover_key, request.output_prefix + "x"):
+            if keys.tenant_of(key) != request.tenant_id:
+                raise ValueError(f"key {key!r} is not under tenant {request.tenant_id!r}")
     except ValueError as exc:
         raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, str(exc), "invalid") from None
     if not request.output_prefix.endswith("/"):
