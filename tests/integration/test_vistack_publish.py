@@ -31,6 +31,7 @@ from tests.support.vistack import (
     VistackStack,
     make_clip,
     running_transcoder,
+    send_upload,
     upload_video,
     vistack_stack,
     wait_videos,
@@ -196,14 +197,14 @@ async def test_a_v1_transcode_message_is_read_beside_v2_with_the_default_ladder(
             assert [r["height"] for r in v2_done["renditions"]] == [240, 480]
             # A v1 message, as an older producer still sends it: no ladder in it.
             data = await asyncio.to_thread(clip.read_bytes)
-            ticket = (await client.post("/v1/vistack/uploads", json={"size": len(data)})).json()
-            put = await client.put(ticket["url"], content=data, headers=ticket["headers"])
-            assert put.status_code < 300
+            sent = await send_upload(client, data)
+            complete = f"/v1/vistack/uploads/{sent['upload_id']}/complete"
+            assert (await client.post(complete, json={"parts": sent["parts"]})).status_code == 200
             tenant_id = await _tenant(stack, v2["video_id"])
             old = events.TranscodeV1(
                 videoId=f"vid_{new_id().hex}",
                 tenantId=tenant_id,
-                sourceKey=services.source_key(tenant_id, ticket["upload_id"]),
+                sourceKey=services.source_key(tenant_id, sent["upload_id"]),
             )
             row = services.new_video_row(
                 events.transcode_v2(old),

@@ -1,8 +1,7 @@
 """The transcoder's refusals, through its real gRPC service: a missing source, a file that is
 not a video, keys outside the request's tenant and a malformed prefix each get their status
 code (the client's TranscodeRefused, never retried), and nothing is written. A source that is
-not a video fails its video once, with the reason, in the DLQ (one that is no video container
-at all is refused when the video is created). And several transcoders behind
+not a video fails its video once, with the reason, in the DLQ. And several transcoders behind
 one name: the worker's calls take them in turn."""
 
 from __future__ import annotations
@@ -130,26 +129,3 @@ async def test_a_source_that_is_not_a_video_fails_its_video_once_with_the_reason
         [letter] = await hub.dlq.list(DeadLetterFilter(topic="transcode"))
         assert letter.key == refused
         assert "media_refused" in letter.error_message
-
-
-async def test_an_upload_that_is_no_video_container_is_refused_when_the_video_is_created(
-    sqlite_url: str, tmp_path: Path
-) -> None:
-    async with vistack_stack(sqlite_url, make_broker("embedded", tmp_path), tmp_path) as stack:
-        key = await stack.tenant("site")
-        async with stack.client(key) as client:
-            data = os.urandom(64 * 1024)
-            ticket = (await client.post("/v1/vistack/uploads", json={"size": len(data)})).json()
-            put = await client.put(ticket["url"], content=data, headers=ticket["headers"])
-            assert put.status_code < 300, put.text
-            answer = await client.post(
-                "/v1/vistack/videos",
-                json={"upload_id": ticket["upload_id"], "title": "noise"},
-                headers={"Idempotency-Key": "noise"},
-            )
-            assert answer.status_code == 422, answer.text
-            problem = answer.json()
-            assert problem["errors"][0]["field"] == "upload_id"
-            assert "not a video container" in problem["detail"]
-            listed = await client.get("/v1/vistack/videos")
-            assert listed.json()["items"] == []

@@ -124,20 +124,46 @@ def make_clip(
     return path
 
 
+async def send_upload(
+    client: httpx.AsyncClient, data: bytes, *, part_size: int | None = None
+) -> dict[str, Any]:
+    """Open an upload session for ``data`` and PUT its parts (straight to the store, each on
+    its signed URL); the session's id, part size and the parts' ETags. Not completed."""
+    body: dict[str, Any] = {"size_bytes": len(data)}
+    if part_size is not None:
+        body["part_size"] = part_size
+    started = await client.post("/v1/vistack/uploads", json=body)
+    assert started.status_code == 201, started.text
+    plan = started.json()["upload"]
+    size = plan["part_size"]
+    etags = []
+    for part in plan["parts"]:
+        n = part["part_no"]
+        put = await client.put(
+            part["url"], content=data[(n - 1) * size : n * size], headers=part["headers"]
+        )
+        assert put.status_code < 300, put.text
+        etags.append({"part_no": n, "etag": put.headers["etag"].strip('"')})
+    return {"upload_id": started.json()["upload_id"], "part_size": size, "parts": etags}
+
+
 async def upload_video(
     client: httpx.AsyncClient, clip: Path, title: str, **body: Any
 ) -> dict[str, Any]:
-    """Upload ``clip`` as a user does (signed PUT straight to the store), create the video."""
+    """Upload ``clip`` as a user does (an upload session straight to the store, completed),
+    create the video."""
     data = await asyncio.to_thread(clip.read_bytes)
-    ticket = await client.post("/v1/vistack/uploads", json={"size": len(data)})
-    assert ticket.status_code == 201, ticket.text
-    signed = ticket.json()
-    put = await client.put(signed["url"], content=data, headers=signed["headers"])
-    assert put.status_code < 300, put.text
+    sent = await send_upload(client, data)
+    upload_id = sent["upload_id"]
+    done = await client.post(
+        f"/v1/vistack/uploads/{upload_id}/complete", json={"parts": sent["parts"]}
+    )
+    assert done.status_code == 200, done.text
+    assert done.json()["status"] == "uploaded", done.text
     answer = await client.post(
         "/v1/vistack/videos",
-        json={"upload_id": signed["upload_id"], "title": title, **body},
-        headers={"Idempotency-Key": f"video-{signed['upload_id']}"},
+        json={"upload_id": upload_id, "title": title, **body},
+        headers={"Idempotency-Key": f"video-{upload_id}"},
     )
     assert answer.status_code == 202, answer.text
     video: dict[str, Any] = answer.json()

@@ -23,17 +23,17 @@ the same), so two uploads at once cannot both pass the last free slot.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
-from typing import Any, Final, Literal, Protocol, cast
+from typing import Any, Final, Literal, cast
 
 import pydantic
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from aigc_hub.blobs import keys
-from aigc_hub.blobs.base import BlobInfo, BlobNotFound, BlobStore, MultipartUploads, UploadRejected
+from aigc_hub.blobs import keys, multipart
+from aigc_hub.blobs.base import BlobInfo
+from aigc_hub.blobs.multipart import CompletedPart, PartsRejected, UploadPart, UploadPlan
 from aigc_hub.core import errors, ids
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.media import sniff
@@ -75,8 +75,8 @@ class AssetKind(StrEnum):
 HELD: Final = (AssetStatus.UPLOADING, AssetStatus.PROCESSING, AssetStatus.READY)
 
 
-class Store(BlobStore, MultipartUploads, Protocol):
-    """A blob store with multipart uploads (both engines are)."""
+Store = multipart.MultipartStore
+__all__ = ["CompletedPart", "PartsRejected", "UploadPart", "UploadPlan"]  # the API's models
 
 
 # -- requests and answers --------------------------------------------------------------------
@@ -113,22 +113,6 @@ class StartUpload(pydantic.BaseModel):
     )
 
 
-class UploadPart(pydantic.BaseModel):
-    """PUT part ``part_no``'s bytes to ``url`` with ``headers``; keep the answer's ETag."""
-
-    part_no: int
-    url: str
-    headers: dict[str, str] = pydantic.Field(default_factory=dict)
-
-
-class UploadPlan(pydantic.BaseModel):
-    """How to send the file: parts of ``part_size`` bytes (the last may be shorter)."""
-
-    part_size: int
-    parts: list[UploadPart]
-    expires_at: int = pydantic.Field(description="epoch seconds; ask /parts for fresh URLs")
-
-
 class UploadStarted(pydantic.BaseModel):
     """A new ``UPLOADING`` asset and where its parts go."""
 
@@ -143,13 +127,6 @@ class PartsRequest(pydantic.BaseModel):
         extra="forbid", json_schema_extra={"examples": [{"part_nos": [3]}]}
     )
     part_nos: list[int] = pydantic.Field(min_length=1, max_length=1000)
-
-
-class CompletedPart(pydantic.BaseModel):
-    """A part as its upload answered it."""
-
-    part_no: int = pydantic.Field(ge=1)
-    etag: str = pydantic.Field(min_length=1, max_length=200)
 
 
 class CompleteUpload(pydantic.BaseModel):
@@ -222,10 +199,6 @@ class UploadNotOpen(errors.Conflict):
 
 class NoBlobStore(errors.ConfigurationError):
     """The hub was built without a blob store: nothing can be uploaded or played."""
-
-
-class PartsRejected(errors.InvalidInput):
-    """The store refused the part list (missing part, wrong ETag, a part too small)."""
 
 
 # -- rows ------------------------------------------------------------------------------------
@@ -355,25 +328,6 @@ def _check_usage(gen: Generation, count: int, total: int, size: int) -> None:
         raise AssetLimitExceeded("total_bytes", settings.asset_max_total_bytes, total + size)
 
 
-def _part_count(size: int, part_size: int) -> int:
-    return max(1, math.ceil(size / part_size))
-
-
-def _max_part_no(store: Store, size: int) -> int:
-    """The highest part number an upload of ``size`` bytes can need (smallest parts)."""
-    features = store.features
-    return min(features.max_parts, _part_count(size, features.min_part_size))
-
-
-async def _part_urls(
-    store: Store, key: str, upload_id: str, part_nos: Sequence[int], expires_s: int
-) -> list[dict[str, Any]]:
-    return [
-        {"part_no": n, "url": await store.presign_part(key, upload_id, n, expires_s), "headers": {}}
-        for n in part_nos
-    ]
-
-
 async def start_upload(gen: Generation, *, tenant_id: str, body: StartUpload) -> dict[str, Any]:
     """Create an ``UPLOADING`` asset and its multipart upload; :class:`UploadStarted` fields.
 
@@ -384,15 +338,7 @@ async def start_upload(gen: Generation, *, tenant_id: str, body: StartUpload) ->
     if body.size_bytes > settings.asset_max_bytes:
         raise AssetLimitExceeded("size", settings.asset_max_bytes, body.size_bytes)
     part_size = body.part_size or settings.asset_part_size
-    if part_size < store.features.min_part_size and part_size < body.size_bytes:
-        raise errors.InvalidInput(
-            "part_size", f"parts but the last must be at least {store.features.min_part_size} B"
-        )
-    parts = _part_count(body.size_bytes, part_size)
-    if parts > store.features.max_parts:
-        raise errors.InvalidInput(
-            "part_size", f"{parts} parts; the store takes at most {store.features.max_parts}"
-        )
+    parts = multipart.plan(store, body.size_bytes, part_size)
     async with reader(hub.engine) as conn:  # refuse early, before the store is asked
         _check_usage(gen, *await _usage(conn, tenant_id), body.size_bytes)
     asset_id = ids.new_id_str()
@@ -429,8 +375,12 @@ async def start_upload(gen: Generation, *, tenant_id: str, body: StartUpload) ->
         await store.abort_multipart(key, upload_id)
         raise
     expires_s = settings.asset_upload_url_s
-    urls = await _part_urls(store, key, upload_id, range(1, parts + 1), expires_s)
-    plan = {"part_size": part_size, "parts": urls, "expires_at": now // 1000 + expires_s}
+    urls = await multipart.part_urls(store, key, upload_id, range(1, parts + 1), expires_s)
+    plan = {
+        "part_size": part_size,
+        "parts": [u.model_dump() for u in urls],
+        "expires_at": now // 1000 + expires_s,
+    }
     return {"asset_id": asset_id, "upload": plan}
 
 
@@ -452,50 +402,29 @@ async def part_urls(
     if row["status"] != AssetStatus.UPLOADING:
         raise UploadNotOpen(row["status"])
     store = store_of(gen)
-    highest = _max_part_no(store, int(row["size_bytes"]))
+    highest = multipart.max_part_no(store, int(row["size_bytes"]))
     wrong = [n for n in part_nos if not 1 <= n <= highest]
     if wrong:
         raise errors.InvalidInput("part_nos", f"parts {wrong} are outside 1..{highest}")
     expires_s = gen.settings.asset_upload_url_s
-    urls = await _part_urls(
+    urls = await multipart.part_urls(
         store, row["object_key"], row["upload_id"], sorted(set(part_nos)), expires_s
     )
     now_s = gen.hub.clock.now_ms() // 1000
-    return {"part_size": 0, "parts": urls, "expires_at": now_s + expires_s}
-
-
-async def _head_bytes(store: Store, key: str) -> bytes:
-    """The object's first bytes, by a ranged read (never the whole object)."""
-    chunks = [c async for c in store.stream(key, sniff.SNIFF_BYTES, start=0, end=sniff.SNIFF_BYTES)]
-    return b"".join(chunks)
-
-
-async def _joined(store: Store, row: Mapping[str, Any], parts: Sequence[CompletedPart]) -> BlobInfo:
-    """Join the parts; when the upload is gone because an earlier complete joined it (and
-    its commit was lost), the object it made."""
-    key = row["object_key"]
-    try:
-        return await store.complete_multipart(
-            key, row["upload_id"], [(p.part_no, p.etag) for p in parts]
-        )
-    except UploadRejected as exc:
-        raise PartsRejected("parts", str(exc)) from None
-    except BlobNotFound:
-        info = await store.head(key)
-        if info is None:
-            raise UploadNotOpen("UPLOADING without its multipart upload") from None
-        return info
+    return {
+        "part_size": 0,
+        "parts": [u.model_dump() for u in urls],
+        "expires_at": now_s + expires_s,
+    }
 
 
 def rejection(row: Mapping[str, Any], info: BlobInfo, head: bytes) -> tuple[str | None, str]:
     """(reason, sniffed content type): reason is None when the upload may be probed."""
-    if info.size != row["size_bytes"]:
-        return f"size_mismatch: {info.size} bytes, {row['size_bytes']} declared", STORED_TYPE
-    if info.sha256 is not None and info.sha256 != row["checksum_value"]:
-        return "checksum_mismatch", STORED_TYPE
-    kind = sniff.sniff(head)
-    if kind is None:
-        return "unknown_format: the first bytes are no accepted media format", STORED_TYPE
+    reason, kind = multipart.rejection(
+        info, size=row["size_bytes"], sha256=row["checksum_value"], head=head
+    )
+    if reason is not None or kind is None:
+        return reason, STORED_TYPE
     return None, sniff.CONTENT_TYPES[kind]
 
 
@@ -513,8 +442,11 @@ async def complete_upload(
     row = await _open_upload(gen, tenant_id, asset_id)
     if row["status"] != AssetStatus.UPLOADING:
         return view(row)  # completed before: the same answer
-    info = await _joined(store, row, parts)
-    head = await _head_bytes(store, row["object_key"])
+    try:
+        info = await multipart.join(store, row["object_key"], row["upload_id"], parts)
+    except multipart.SessionGone:
+        raise UploadNotOpen("UPLOADING without its multipart upload") from None
+    head = await multipart.head_bytes(store, row["object_key"])
     reason, content_type = rejection(row, info, head)
     now = hub.clock.now_ms()
     values: dict[str, Any] = {"upload_id": None, "content_type": content_type}

@@ -1,7 +1,7 @@
 """``aigc-hub vistack``: videos from the command line, through the HTTP API, and the
 transcoder service.
 
-``upload`` (a signed upload straight to the object store, then the video; ``--wait``
+``upload`` (an upload in parts straight to the object store, then the video; ``--wait``
 follows it), ``wait``, ``get``, ``list``, ``delete``; ``transcoder serve`` runs the gRPC
 transcoder the workers call.
 """
@@ -37,25 +37,25 @@ def upload(
     url: ApiUrl = kit.DEFAULT_API_URL,
     api_key: ApiKey = "",
 ) -> None:
-    """Upload FILE (straight to the object store) and create its video; prints it (pending)."""
+    """Upload FILE in parts (straight to the object store) and create its video; prints it
+    (pending)."""
     size = file.stat().st_size
-    ticket = kit.call_api("POST", url, "/vistack/uploads", api_key, json={"size": size})
-    target = ticket["url"] if "://" in ticket["url"] else url.rstrip("/") + ticket["url"]
-    try:
-        with file.open("rb") as body:
-            answer = httpx.put(
-                target, content=body, headers=ticket["headers"], timeout=max(60.0, size / 1e6)
-            )
-    except httpx.HTTPError as exc:
-        kit.fail(f"uploading {file.name} failed: {exc}; try again")
-    if answer.status_code >= 300:
-        kit.fail(f"the object store refused the upload ({answer.status_code}): {answer.text[:200]}")
+    if size == 0:
+        kit.fail(f"{file.name} is empty: choose the video file itself", kit.ExitCode.USAGE)
+    started = kit.call_api("POST", url, "/vistack/uploads", api_key, json={"size_bytes": size})
+    upload_id, plan = started["upload_id"], started["upload"]
+    parts = [_put_part(url, file, plan["part_size"], part) for part in plan["parts"]]
+    done = kit.call_api(
+        "POST", url, f"/vistack/uploads/{upload_id}/complete", api_key, json={"parts": parts}
+    )
+    if done["status"] != "uploaded":
+        kit.fail(f"{file.name} was refused: {done.get('reason')}", kit.ExitCode.USAGE)
     video = kit.call_api(
         "POST",
         url,
         "/vistack/videos",
         api_key,
-        json={"upload_id": ticket["upload_id"], "title": title},
+        json={"upload_id": upload_id, "title": title},
         # A retry of this very command must not make the video twice.
         headers={"Idempotency-Key": str(uuid.uuid4())},
     )
@@ -63,6 +63,21 @@ def upload(
         kit.show_json(video)
         return
     _follow(url, api_key, video["video_id"], timeout)
+
+
+def _put_part(url: str, file: Path, part_size: int, part: dict[str, Any]) -> dict[str, Any]:
+    """PUT one part's bytes (read from the file per part: never the whole file in memory)."""
+    target = part["url"] if "://" in part["url"] else url.rstrip("/") + part["url"]
+    with file.open("rb") as body:
+        body.seek((part["part_no"] - 1) * part_size)
+        data = body.read(part_size)
+    try:
+        answer = httpx.put(target, content=data, headers=part["headers"], timeout=300)
+    except httpx.HTTPError as exc:
+        kit.fail(f"uploading {file.name} failed: {exc}; try again")
+    if answer.status_code >= 300:
+        kit.fail(f"the object store refused the upload ({answer.status_code}): {answer.text[:200]}")
+    return {"part_no": part["part_no"], "etag": answer.headers.get("etag", "").strip('"')}
 
 
 @app.command("wait")

@@ -13,10 +13,11 @@ from fastapi.responses import RedirectResponse
 
 from aigc_hub.blobs.base import BlobNotFound
 from aigc_hub.blobs.grants import GrantRefused, PrefixGrants
+from aigc_hub.blobs.multipart import CompletedPart, UploadPlan
 from aigc_hub.interfaces.http import kit
 from aigc_hub.interfaces.http.kit import FoldedIdempotency, IdempotentRoute, Problem
 
-from . import playback, services
+from . import playback, services, uploads
 from .state import STATE, Vistack
 from .states import VideoStatus
 
@@ -48,29 +49,96 @@ async def _with_urls(request: Request, vs: Vistack, row: Any) -> services.VideoV
     return video
 
 
-class UploadRequest(pydantic.BaseModel):
-    """The size of the source video to upload."""
+UploadId = Annotated[str, pydantic.StringConstraints(pattern=uploads.UPLOAD_ID)]
 
-    model_config = pydantic.ConfigDict(extra="forbid")
 
-    size: int = pydantic.Field(ge=1, description="the file's exact size in bytes")
+def _signed(request: Request, plan: UploadPlan) -> UploadPlan:
+    for part in plan.parts:
+        part.url = _absolute(request, part.url) or part.url
+    return plan
 
 
 @router.post(
     "/uploads",
     status_code=201,
-    response_model=services.UploadTicket,
+    response_model=uploads.UploadStarted,
     summary="Start uploading a source video",
-    description="Answers a signed URL: PUT the file's bytes there (exactly `size` bytes, "
-    "with the answer's `headers`), straight to the object store; then create the video "
-    "with the answer's `upload_id`.",
-    responses={422: {"description": "a size of 0 or above AIGC_HUB_VISTACK_MAX_UPLOAD_BYTES"}},
+    description="Opens an upload session straight to the object store: PUT each part's bytes "
+    "to its URL (parts of `part_size` bytes, the last shorter) and keep each answer's ETag, "
+    "then `POST /v1/vistack/uploads/{upload_id}/complete`, then create the video.",
+    responses={
+        422: {
+            "description": "above AIGC_HUB_VISTACK_MAX_UPLOAD_BYTES, or a part size the "
+            "store cannot take"
+        }
+    },
 )
 async def start_upload(
-    body: UploadRequest, who: kit.LimitedTenant, vs: VistackState
-) -> services.UploadTicket:
+    body: uploads.StartUpload, request: Request, who: kit.LimitedTenant, vs: VistackState
+) -> uploads.UploadStarted:
     assert who.tenant_id is not None
-    return await services.start_upload(vs, tenant_id=who.tenant_id, size=body.size)
+    started = await uploads.start_upload(vs, tenant_id=who.tenant_id, body=body)
+    started.upload = _signed(request, started.upload)
+    return started
+
+
+class PartsRequest(pydantic.BaseModel):
+    """Parts that need a (fresh) URL, e.g. one that failed after its URL expired."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    part_nos: list[int] = pydantic.Field(min_length=1, max_length=1000)
+
+
+@router.post(
+    "/uploads/{upload_id}/parts",
+    response_model=UploadPlan,
+    summary="Fresh URLs for some parts",
+    description="For parts to send (again) once the first URLs expired. `part_size` is 0 in "
+    "the answer: keep the session's.",
+    responses={404: {"description": "no such upload"}, 409: {"description": "it is closed"}},
+)
+async def part_urls(
+    upload_id: UploadId,
+    body: PartsRequest,
+    request: Request,
+    who: kit.LimitedTenant,
+    vs: VistackState,
+) -> UploadPlan:
+    assert who.tenant_id is not None
+    plan = await uploads.part_urls(
+        vs, tenant_id=who.tenant_id, upload_id=upload_id, part_nos=body.part_nos
+    )
+    return _signed(request, plan)
+
+
+class CompleteUpload(pydantic.BaseModel):
+    """Every part, with the ETag each PUT answered."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    parts: list[CompletedPart] = pydantic.Field(min_length=1, max_length=10_000)
+
+
+@router.post(
+    "/uploads/{upload_id}/complete",
+    response_model=uploads.UploadView,
+    summary="Complete an upload",
+    description="Joins the parts and checks the size, the sha256 (when declared and the store "
+    "knows it) and that the first bytes are a video container: the upload is then `uploaded` "
+    "or `rejected` with its `reason`. Repeatable.",
+    responses={
+        404: {"description": "no such upload"},
+        422: {"description": "the store refused the part list: re-send parts, complete again"},
+    },
+)
+async def complete_upload(
+    upload_id: UploadId, body: CompleteUpload, who: kit.LimitedTenant, vs: VistackState
+) -> uploads.UploadView:
+    assert who.tenant_id is not None
+    return await uploads.complete_upload(
+        vs, tenant_id=who.tenant_id, upload_id=upload_id, parts=body.parts
+    )
 
 
 class CreateVideo(pydantic.BaseModel):
@@ -78,7 +146,7 @@ class CreateVideo(pydantic.BaseModel):
 
     model_config = pydantic.ConfigDict(extra="forbid")
 
-    upload_id: str = pydantic.Field(pattern=services.UPLOAD_ID)
+    upload_id: str = pydantic.Field(pattern=uploads.UPLOAD_ID)
     title: str = pydantic.Field(min_length=1, max_length=200)
     heights: list[int] | None = pydantic.Field(
         None,
@@ -102,13 +170,14 @@ class CreateVideo(pydantic.BaseModel):
     status_code=202,
     response_model=services.VideoView,
     summary="Create a video from an upload",
-    description="Checks the uploaded file (a video container, within the size limit), makes "
-    "the video `pending` and queues its transcode in one transaction; follow "
+    description="Makes the video of a completed upload `pending` and queues its transcode in "
+    "one transaction; follow "
     "`GET /v1/vistack/videos/{video_id}` (or `GET /v1/events`) until `published` or "
     "`failed`. Idempotency-Key makes a resend answer the same video.",
     responses={
-        409: {"description": "nothing uploaded under upload_id yet, or already a video"},
-        422: {"description": "a field is invalid, or the file is not a video"},
+        404: {"description": "no such upload"},
+        409: {"description": "the upload is not complete yet, or already a video"},
+        422: {"description": "a field is invalid, or the upload was rejected (not a video)"},
     },
 )
 async def create_video(

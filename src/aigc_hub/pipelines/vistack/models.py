@@ -44,6 +44,24 @@ vistack_videos = sa.Table(
     sa.Index("ix_vistack_videos_status", "status", "updated_at"),
 )
 
+#: Upload sessions: a source video on its way, in parts, straight to the object store.
+vistack_uploads = sa.Table(
+    "vistack_uploads",
+    metadata,
+    sa.Column("id", sa.String(40), primary_key=True, comment="upl_<uuid7 hex>"),
+    sa.Column("tenant_id", sa.String(36), nullable=False),
+    sa.Column("source_key", sa.String(1024), nullable=False, unique=True),
+    sa.Column("multipart_id", sa.String(1024), nullable=True, comment="while uploading"),
+    sa.Column("size_bytes", sa.BigInteger, nullable=False, comment="declared, then checked"),
+    sa.Column("sha256", sa.String(64), nullable=True, comment="declared (hex), checked if known"),
+    sa.Column("part_size", sa.BigInteger, nullable=False),
+    sa.Column("status", sa.String(12), nullable=False, comment="uploading, uploaded, rejected"),
+    sa.Column("reason", sa.String(300), nullable=True, comment="why it was rejected"),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.BigInteger, nullable=False),
+    sa.Index("ix_vistack_uploads_tenant", "tenant_id", "created_at"),
+)
+
 #: Every move of a video, one row per move (removed with the video).
 vistack_video_events = sa.Table(
     "vistack_video_events",

@@ -1,16 +1,14 @@
 """Commands and queries on videos, shared by the HTTP routes and the CLI.
 
-Uploading (the bytes never pass through the API): :func:`start_upload` answers a signed PUT
-straight to the blob store (the hub's own ``/blobs/...`` URL on embedded defaults, S3 at
-scale), the client PUTs the file, and :func:`create_video` checks what arrived (its size and
-its first bytes: a video container, whatever the client declared), then writes the video
-``pending`` and its ``transcode`` message in one transaction (the outbox).
+A video is made of an uploaded source (``uploads.py``: upload sessions straight to the blob
+store, checked when completed): :func:`create_video` writes the video ``pending`` and its
+``transcode`` message in one transaction (the outbox).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any
 
 import pydantic
 import sqlalchemy as sa
@@ -20,20 +18,17 @@ from aigc_hub.blobs import keys
 from aigc_hub.core import errors
 from aigc_hub.core.envelope import Envelope
 from aigc_hub.core.ids import new_id
-from aigc_hub.media import sniff
 from aigc_hub.store.engine import reader
 
-from . import events, records
+from . import events, records, uploads
 from .models import vistack_videos
 from .state import Vistack
 from .states import VideoStatus
 
-#: Containers a source video may come in (sniffed from its first bytes).
-VIDEO_KINDS: Final = frozenset({"mp4", "mov", "webm", "mkv"})
-#: Key kinds under the tenant's prefix: sources, DASH outputs (the seed's ``dash/{videoID}``)
-#: and covers.
-SOURCE_KIND, DASH_KIND, COVER_KIND = "vistack", "dash", "cover"
-UPLOAD_ID = r"^upl_[0-9a-f]{32}$"
+#: Key kinds under the tenant's prefix: DASH outputs (the seed's ``dash/{videoID}``) and
+#: covers (sources: ``uploads.SOURCE_KIND``).
+DASH_KIND, COVER_KIND = "dash", "cover"
+source_key = uploads.source_key
 VIDEO_ID = r"^vid_[0-9a-f]{32}$"
 
 
@@ -45,22 +40,11 @@ class VideoNotFound(errors.NotFound):
 
 
 class UploadMissing(errors.Conflict):
-    """The upload named has no object yet (the PUT did not happen or did not finish)."""
+    """The upload named is not complete yet: its parts are still to be sent and joined."""
 
 
 class UploadTaken(errors.Conflict):
     """A video was already made from this upload."""
-
-
-class UploadTicket(pydantic.BaseModel):
-    """Where and how to PUT the source video."""
-
-    upload_id: str
-    method: str = "PUT"
-    url: str
-    headers: dict[str, str]
-    expires_at: int = pydantic.Field(description="epoch seconds")
-    max_bytes: int
 
 
 class Rendition(pydantic.BaseModel):
@@ -111,11 +95,6 @@ def view(row: Mapping[str, Any]) -> VideoView:
     )
 
 
-def source_key(tenant_id: str, upload_id: str) -> str:
-    """Where an upload's source video is stored."""
-    return keys.object_key(tenant_id, SOURCE_KIND, upload_id, "source")
-
-
 def dash_prefix(tenant_id: str, video_id: str) -> str:
     """The seed's ``dash/{videoID}`` prefix, inside the tenant's keys (ends with ``/``)."""
     return keys.object_key(tenant_id, DASH_KIND, video_id, "x")[:-1]
@@ -124,30 +103,6 @@ def dash_prefix(tenant_id: str, video_id: str) -> str:
 def cover_key(tenant_id: str, video_id: str) -> str:
     """Where a video's cover is stored."""
     return keys.object_key(tenant_id, COVER_KIND, video_id, "cover.jpg")
-
-
-async def start_upload(vs: Vistack, *, tenant_id: str, size: int) -> UploadTicket:
-    """A signed PUT for a source of exactly ``size`` bytes (InvalidInput past the limit)."""
-    limit = vs.settings.max_upload_bytes
-    if size < 1 or size > limit:
-        raise errors.InvalidInput("size", f"a source video is 1 to {limit} bytes, not {size}")
-    upload_id = f"upl_{new_id().hex}"
-    signed = await vs.store.presign_put(
-        source_key(tenant_id, upload_id), vs.settings.upload_url_ttl_s, size=size
-    )
-    return UploadTicket(
-        upload_id=upload_id,
-        url=signed.url,
-        headers=dict(signed.headers),
-        expires_at=signed.expires_at,
-        max_bytes=size,
-    )
-
-
-async def _head_bytes(vs: Vistack, key: str) -> bytes:
-    """The object's first bytes, by a ranged read (never the whole object)."""
-    chunks = [c async for c in vs.store.stream(key, sniff.SNIFF_BYTES, end=sniff.SNIFF_BYTES)]
-    return b"".join(chunks)
 
 
 async def create_video(
@@ -162,21 +117,20 @@ async def create_video(
 ) -> VideoView:
     """Make a ``pending`` video of the uploaded source and queue its transcode (v2).
 
-    UploadMissing when nothing was PUT under ``upload_id``; InvalidInput when what was PUT
-    is not a video container or breaks the size limit; UploadTaken when a video already has
-    this source.
+    UploadNotFound for another tenant's upload or none; UploadMissing while it is still
+    uploading; InvalidInput when it was rejected (the reason); UploadTaken when a video
+    already has this source.
     """
-    key = source_key(tenant_id, upload_id)
-    info = await vs.store.head(key)
-    if info is None:
-        raise UploadMissing(f"upload {upload_id} has no file yet: PUT it to the upload URL first")
-    if info.size > vs.settings.max_upload_bytes:
-        raise errors.InvalidInput("upload_id", f"the file is larger than the limit ({info.size})")
-    kind = sniff.sniff(await _head_bytes(vs, key))
-    if kind not in VIDEO_KINDS:
-        raise errors.InvalidInput(
-            "upload_id", f"the uploaded file is not a video container ({kind or 'unknown'})"
+    async with reader(vs.hub.engine) as conn:
+        upload = await uploads.load(conn, tenant_id, upload_id)
+    if upload["status"] == uploads.UploadStatus.UPLOADING:
+        raise UploadMissing(
+            f"upload {upload_id} is not complete: PUT its parts, then POST "
+            f"/v1/vistack/uploads/{upload_id}/complete"
         )
+    if upload["status"] == uploads.UploadStatus.REJECTED:
+        raise errors.InvalidInput("upload_id", f"the upload was rejected: {upload['reason']}")
+    key = upload["source_key"]
     message = events.TranscodeV2(
         videoId=f"vid_{new_id().hex}",
         tenantId=tenant_id,
@@ -184,7 +138,11 @@ async def create_video(
         **({"heights": list(heights)} if heights else {}),
     )
     row = new_video_row(
-        message, owner_id=owner_id, title=title, size=info.size, now=vs.hub.clock.now_ms()
+        message,
+        owner_id=owner_id,
+        title=title,
+        size=upload["size_bytes"],
+        now=vs.hub.clock.now_ms(),
     )
     video = view(row)
     async with vs.hub.transaction() as conn:

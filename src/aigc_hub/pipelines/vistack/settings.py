@@ -82,8 +82,11 @@ class VistackSettings(BaseSettings):
     max_upload_bytes: int = Field(
         2 << 30, ge=1024, description="largest source video a user may upload"
     )
+    upload_part_size: int = Field(
+        8 * 1024**2, ge=5 * 1024**2, description="upload part size when the client names none"
+    )
     upload_url_ttl_s: int = Field(
-        3600, ge=60, le=7 * 86_400, description="validity of the signed upload URL"
+        3600, ge=60, le=7 * 86_400, description="validity of the signed upload part URLs"
     )
     manifest_url_ttl_s: int = Field(
         3600, ge=60, le=7 * 86_400, description="validity of a signed manifest or cover URL"
