@@ -6,7 +6,8 @@
 * ``models.py``, ``states.py``, ``records.py`` — videos (the seed's DB state machine),
   danmaku and comments; guarded, fenced moves with history.
 * ``rules.py`` — the seed's retry delay, its lease, counter and ZSET names.
-* ``services.py`` — uploads, videos, deletes: shared by HTTP and the CLI.
+* ``uploads.py`` — upload sessions of source videos (the media plane's, in parts).
+* ``services.py`` — videos and deletes: shared by HTTP and the CLI.
 * ``playback.py`` — signed playback of a video's DASH manifest and segments.
 * ``handlers/`` — the consumer groups' handlers (transcode, delete_file, danmaku, comment).
 * ``scanners.py`` — the retry dispatcher and the watchdog (leader-run).
