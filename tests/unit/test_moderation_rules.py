@@ -275,3 +275,15 @@ def test_the_moderation_doc_names_every_setting() -> None:
     text = (Path(__file__).resolve().parents[2] / "docs" / "moderation.md").read_text()
     for name in ModerationSettings.model_fields:
         assert f"AIGC_HUB_MODERATION_{name.upper()}" in text, name
+
+
+async def test_a_clean_allow_is_logged_at_debug_and_a_hit_at_info(
+    moderation: LocalModeration, log_lines: io.StringIO
+) -> None:
+    await moderation.review_text("a calm lake at dawn", tenant_id="t1")
+    await moderation.review_text("a deepfake of Alice Example", tenant_id="t1")
+    lines = [line for line in _lines(log_lines) if line["event"] == "moderation.decided"]
+    assert [(line["verdict"], line["level"]) for line in lines] == [
+        ("allow", "debug"),
+        ("human_review", "info"),
+    ]

@@ -153,7 +153,10 @@ class LocalModeration:
         decision = Decision(
             verdict, self.policy.version, model_version, hit_rules, evidence, reason
         )
-        log.info(
+        # A clean allow is the common case (every danmaku, every chat line): at info it
+        # would cost more than the check and bury the decisions worth reading.
+        clean = verdict is Verdict.ALLOW and not hit_rules
+        (log.debug if clean else log.info)(
             "moderation.decided",
             tenant_id=tenant_id,
             verdict=verdict.value,
