@@ -39,10 +39,11 @@ from aigc_hub.bootstrap import Hub
 from aigc_hub.core import ids
 from aigc_hub.interfaces.http.app import create_app
 from aigc_hub.messaging.memory import MemoryBroker
-from aigc_hub.pipelines.generation import services
+from aigc_hub.pipelines.generation import projects, services
 from aigc_hub.pipelines.generation.models import assets as asset_rows
 from aigc_hub.pipelines.generation.pipeline import pipeline as generation
 from aigc_hub.pipelines.generation.state import STATE
+from aigc_hub.pipelines.generation.timeline import TimelineV1
 from aigc_hub.reliability import notifications, webhooks
 from aigc_hub.reliability.dlq import DeadLetterFilter
 from aigc_hub.reliability.notifications import Notification
@@ -59,15 +60,19 @@ PUBLIC = {"/healthz", "/readyz", "/metrics"}
 #: bearer capability minted for the owner), so who calls does not matter.
 CAPABILITIES = {"/v1/playback/{token}/{path}"}
 #: Reads of the caller's own collection: B gets 200 with its own (empty) data, never A's.
-OWN_COLLECTIONS = {("GET", "/v1/generation-tasks"), ("GET", "/v1/credits")}
+OWN_COLLECTIONS = {
+    ("GET", "/v1/generation-tasks"),
+    ("GET", "/v1/credits"),
+    ("GET", "/v1/projects"),
+}
 #: A create charged to the caller: B (no credits) gets 402 from its own empty balance,
 #: never a task paid with A's credits.
 OWN_CREATES = {("POST", "/v1/generation-tasks")}
 #: A create of the caller's own, free: B gets 201 and an asset of its own (B's rows of
 #: ``OWN_TABLES`` are left out of the comparison), never anything of A's.
-OWN_UPLOADS = {("POST", "/v1/assets/uploads")}
-#: Tables whose rows of tenant B are B's own doing (its answers, its uploads).
-OWN_TABLES = {"idempotency_keys", "assets"}
+OWN_UPLOADS = {("POST", "/v1/assets/uploads"), ("POST", "/v1/projects")}
+#: Tables whose rows of tenant B are B's own doing (its answers, its uploads, its projects).
+OWN_TABLES = {"idempotency_keys", "assets", "projects", "project_revisions"}
 #: The owner's control answers a state conflict here, not a 2xx: A's asset is past uploading,
 #: so fresh part URLs are refused with 409 (B still gets 404: the asset is not B's).
 OWNER_CONFLICTS = {("POST", "/v1/assets/{asset_id}/parts"): 409}
@@ -125,6 +130,29 @@ async def _asset_of_a(hub: Hub) -> str:
     return asset_id
 
 
+def _one_clip(asset_id: str) -> dict[str, Any]:
+    clip = {"id": "c1", "asset_id": asset_id, "at_ms": 0, "in_ms": 0, "out_ms": 1000}
+    return {
+        "output": {"width": 320, "height": 240, "frame_rate": 25, "duration_ms": 1000},
+        "tracks": [{"id": "v", "clips": [clip]}],
+    }
+
+
+async def _project_of_a(hub: Hub) -> str:
+    """A project of tenant A at revision 1 (a timeline of A's READY asset)."""
+    tenant_a = next(t for t in await tenancy.list_tenants(hub.engine) if t.name == "tenant-a")
+    body = projects.CreateProject(
+        name="of a",
+        timeline=TimelineV1.model_validate(_one_clip(await _asset_of_a(hub))),
+    )
+    made = await projects.create_project(hub.state_of(STATE), tenant_id=tenant_a.id, body=body)
+    return made.project_id
+
+
+async def _revision_number(hub: Hub) -> str:
+    return "1"
+
+
 async def _provider(hub: Hub) -> str:
     return "local"  # B is not a provider: no signature → 401, nothing archived
 
@@ -162,6 +190,8 @@ IDS_OF_TENANT_A: dict[str, Callable[[Hub], Awaitable[str]]] = {
     "key_id": _key_of_a,
     "provider": _provider,
     "asset_id": _asset_of_a,
+    "project_id": _project_of_a,
+    "number": _revision_number,
 }
 
 
@@ -176,10 +206,16 @@ async def _replay_the_timeouts(hub: Hub, ids: dict[str, str]) -> dict[str, Any]:
     return {"error_class": "TimeoutError", "max": 1}  # matches one seeded letter
 
 
+async def _revision_over_the_head(hub: Hub, ids: dict[str, str]) -> dict[str, Any]:
+    """A's next revision: over revision 1, a timeline of A's asset."""
+    return {"base_revision": 1, "timeline": _one_clip(ids["asset_id"])}
+
+
 #: A valid JSON body per operation, where the request schema has no example to use.
 BODIES: dict[tuple[str, str], Callable[[Hub, dict[str, str]], Awaitable[dict[str, Any]]]] = {
     ("POST", "/admin/dlq/replay"): _replay_the_timeouts,
     ("POST", "/admin/dlq/dismiss"): _dismiss_another_letter,
+    ("POST", "/v1/projects/{project_id}/revisions"): _revision_over_the_head,
 }
 
 #: The webhook route takes a raw delivery (no JSON schema): a well-formed ``job.updated``.

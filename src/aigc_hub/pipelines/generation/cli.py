@@ -2,7 +2,8 @@
 
 The twins of ``/v1/generation-tasks``: ``submit``, ``get``, ``list``, ``cancel``, ``wait``
 (a progress bar fed by the task's notifications), ``credits``; and ``grant`` for operators
-(writes the ledger directly, like ``tenants create``).
+(writes the ledger directly, like ``tenants create``). ``gen project …`` edits projects
+(``projects_cli.py``).
 """
 
 from __future__ import annotations
@@ -21,11 +22,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aigc_hub.cli import kit
 from aigc_hub.cli.kit import GenerationTask, HubAPIError, HubClient, WaitTimeout
+from aigc_hub.pipelines.generation.projects_cli import app as projects_app
 
 if TYPE_CHECKING:
     from aigc_hub.pipelines.generation.ledger import Balance
 
-app = kit.new_app("gen", "Generation tasks: submit, get, list, cancel, wait; credits.")
+app = kit.new_app(
+    "gen", "Generation tasks: submit, get, list, cancel, wait; credits; editing projects."
+)
+app.add_typer(projects_app, name="project")
 
 ApiUrl = Annotated[
     str,

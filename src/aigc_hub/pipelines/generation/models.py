@@ -200,3 +200,32 @@ task_events = sa.Table(
     sa.Column("detail", sa.JSON, nullable=False),
     sa.Column("at", sa.BigInteger, nullable=False),
 )
+
+#: A tenant's editing project (seed 004 §3.5.1 ``projects``): its name and the number of its
+#: newest revision, the compare-and-set target of every save.
+projects = sa.Table(
+    "projects",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("tenant_id", sa.String(36), nullable=False),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("head_revision", sa.Integer, nullable=False, comment="0: nothing saved yet"),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.BigInteger, nullable=False),
+    sa.Index("ix_projects_tenant", "tenant_id", "id"),
+)
+
+#: A saved timeline (seed 004 §3.5.1 ``project_revisions``): immutable, numbered from 1 per
+#: project; an export fixes one.
+project_revisions = sa.Table(
+    "project_revisions",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("project_id", sa.String(36), nullable=False),
+    sa.Column("tenant_id", sa.String(36), nullable=False),
+    sa.Column("number", sa.Integer, nullable=False),
+    sa.Column("schema_version", sa.Integer, nullable=False, comment="the timeline's"),
+    sa.Column("timeline", sa.JSON, nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.UniqueConstraint("project_id", "number"),
+)

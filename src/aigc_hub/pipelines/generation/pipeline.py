@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from aigc_hub.pipeline import Pipeline, TimelineEntry
-from aigc_hub.pipelines.generation import assets_http, events, gallery, http, models
+from aigc_hub.pipelines.generation import assets_http, events, gallery, http, models, projects_http
 from aigc_hub.pipelines.generation.handlers import (
     fetcher,
     media,
@@ -65,7 +65,7 @@ events.register(pipeline)
 pipeline.up_hook(local_provider_hook)
 pipeline.gallery(gallery.gallery_items)
 pipeline.routers += [http.router, http.credits_router, http.callbacks_router]
-pipeline.routers += [assets_http.router, assets_http.playback_router]
+pipeline.routers += [assets_http.router, assets_http.playback_router, projects_http.router]
 for factory in factories():
     pipeline.scanner(factory)
 for state_factory in state_factories():
