@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from aigc_hub.blobs.base import BlobStore
 from aigc_hub.cache.base import Cache
 from aigc_hub.core.clock import Clock
-from aigc_hub.core.failpoints import NONE, Failpoints
+from aigc_hub.core.failpoints import Failpoints
 from aigc_hub.core.retry import DELAYED, IN_PROCESS, RetryPolicy
 from aigc_hub.messaging.base import Broker
 from aigc_hub.messaging.catalog import TopicCatalog
@@ -43,7 +43,8 @@ class HubConfig:
     leases: LeaderLeases | None = None
     #: The settings pipelines build their state from; ``None`` reads the environment at start.
     settings: Settings | None = None
-    failpoints: Failpoints = NONE
+    #: Each hub its own registry: a test arming one hub's failpoints never reaches another.
+    failpoints: Failpoints = field(default_factory=Failpoints)
     in_process: RetryPolicy = IN_PROCESS
     delayed: RetryPolicy = DELAYED
     middleware: Sequence[Middleware] = ()
@@ -85,5 +86,5 @@ class HubConfig:
             alert_webhook=settings.alert_webhook,
             scanner_lease_ttl_ms=settings.scanner_lease_ttl_ms,
             feed=settings.feed_settings(),
-            failpoints=Failpoints.from_spec(settings.failpoints) if settings.failpoints else NONE,
+            failpoints=Failpoints.from_spec(settings.failpoints or ""),
         )

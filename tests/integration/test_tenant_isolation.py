@@ -39,7 +39,7 @@ from aigc_hub.bootstrap import Hub
 from aigc_hub.core import ids
 from aigc_hub.interfaces.http.app import create_app
 from aigc_hub.messaging.memory import MemoryBroker
-from aigc_hub.pipelines.generation import projects, services
+from aigc_hub.pipelines.generation import exports, projects, services
 from aigc_hub.pipelines.generation.models import assets as asset_rows
 from aigc_hub.pipelines.generation.pipeline import pipeline as generation
 from aigc_hub.pipelines.generation.state import STATE
@@ -124,7 +124,7 @@ async def _asset_of_a(hub: Hub) -> str:
                 id=asset_id, tenant_id=tenant_a.id, kind="upload", object_bucket="hub",
                 object_key=key, content_type="video/mp4", size_bytes=stored.size,
                 checksum_algo="sha256", checksum_value=stored.sha256, status="READY",
-                created_at=now, updated_at=now,
+                width=320, height=240, duration_ms=2000, created_at=now, updated_at=now,
             )
         )  # fmt: skip
     return asset_id
@@ -147,6 +147,23 @@ async def _project_of_a(hub: Hub) -> str:
     )
     made = await projects.create_project(hub.state_of(STATE), tenant_id=tenant_a.id, body=body)
     return made.project_id
+
+
+async def _export_of_a(hub: Hub) -> str:
+    """A queued export of A's project (the one ``_project_of_a`` made)."""
+    tenant_a = next(t for t in await tenancy.list_tenants(hub.engine) if t.name == "tenant-a")
+    gen = hub.state_of(STATE)
+    (project,) = (
+        await projects.list_projects(gen, tenant_id=tenant_a.id, limit=2, before=None)
+    ).items
+    made, _ = await exports.request_export(
+        gen,
+        tenant_id=tenant_a.id,
+        project_id=project.project_id,
+        body=exports.RequestExport(profile="draft"),
+        idempotency_key="iso-a",
+    )
+    return made.export_id
 
 
 async def _revision_number(hub: Hub) -> str:
@@ -191,6 +208,7 @@ IDS_OF_TENANT_A: dict[str, Callable[[Hub], Awaitable[str]]] = {
     "provider": _provider,
     "asset_id": _asset_of_a,
     "project_id": _project_of_a,
+    "export_id": _export_of_a,  # after project_id: an export of that project
     "number": _revision_number,
 }
 

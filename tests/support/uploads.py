@@ -13,7 +13,7 @@ import socket
 import struct
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -234,10 +234,16 @@ class AssetStack:
 
 @contextlib.asynccontextmanager
 async def asset_stack(
-    db_url: str, tmp_path: Path, *, clock: ManualClock | None = None, **settings: Any
+    db_url: str,
+    tmp_path: Path,
+    *,
+    clock: ManualClock | None = None,
+    groups: Sequence[str] = ("generation-media",),
+    **settings: Any,
 ) -> AsyncIterator[AssetStack]:
     """The stack on ``db_url`` with a local blob store under ``tmp_path`` (its URLs judged by
-    ``clock`` when given, so a test can make them expire) and these generation settings."""
+    ``clock`` when given, so a test can make them expire), these generation settings, and
+    the consumer ``groups`` running."""
     store = LocalBlobStore(tmp_path / "blobs", secret=b"asset-test-secret", clock=clock)
     config = HubConfig(
         engine=store_engine.create_engine(db_url), broker=MemoryBroker(), blobs=store
@@ -250,7 +256,7 @@ async def asset_stack(
     hub = Hub(config, [pipeline])
     await hub.start()
     stop = asyncio.Event()
-    running = asyncio.create_task(hub.run(stop, groups=["generation-media"]))
+    running = asyncio.create_task(hub.run(stop, groups=list(groups)))
     try:
         app = create_app(hub, limits=Limits(rate_per_s=5_000, burst=5_000))
         async with served.serve(app) as url:

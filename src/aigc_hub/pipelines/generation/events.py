@@ -22,6 +22,8 @@ FETCH = "output.fetch"
 #: ordinary fetches never makes one miss its window (seed 004 §3.9.3-4).
 FETCH_URGENT = "output.fetch.urgent"
 MEDIA = "media.process"
+#: Exports for the render worker pool (seed 004 §3.3.3 item 10), apart from the media worker.
+RENDER = "render.execute"
 RECONCILE = "reconcile.command"
 
 TASK_QUEUED = "generation.task.queued"
@@ -37,6 +39,8 @@ MISSING_OBJECT_FOUND = "generation.reconcile.missing_object"
 UPLOAD_ABANDONED = "generation.reconcile.upload_abandoned"
 SLOT_FREED = "generation.slot.freed"
 ASSET_UPLOADED = "asset.uploaded"
+RENDER_REQUESTED = "generation.render.requested"
+EXPORT_RENDERED = "generation.export.rendered"
 
 TOPIC_NAMES = (
     DISPATCH,
@@ -45,7 +49,7 @@ TOPIC_NAMES = (
     FETCH,
     FETCH_URGENT,
     MEDIA,
-    "render.execute",
+    RENDER,
     "billing.command",
     RECONCILE,
 )
@@ -182,6 +186,19 @@ _NOTES = {
 }
 
 
+class RenderRequested(pydantic.BaseModel):
+    """A tenant requested an export: render its job's revision."""
+
+    job_id: str
+
+
+class ExportRendered(pydantic.BaseModel):
+    """An export's file is stored as ``asset_id``: make its playback variants, end it."""
+
+    job_id: str
+    asset_id: str
+
+
 class UploadAbandoned(pydantic.BaseModel):
     """An upload stayed UPLOADING past its URLs' life: abort it and refuse the asset."""
 
@@ -213,3 +230,5 @@ def register(pipeline: PipelineBase) -> None:
     pipeline.event(MISSING_OBJECT_FOUND, topic=RECONCILE)(MissingObjectFound)
     pipeline.event(UPLOAD_ABANDONED, topic=RECONCILE)(UploadAbandoned)
     pipeline.event(ASSET_UPLOADED, topic=MEDIA)(AssetUploaded)
+    pipeline.event(RENDER_REQUESTED, topic=RENDER)(RenderRequested)
+    pipeline.event(EXPORT_RENDERED, topic=MEDIA)(ExportRendered)

@@ -229,3 +229,46 @@ project_revisions = sa.Table(
     sa.Column("created_at", sa.BigInteger, nullable=False),
     sa.UniqueConstraint("project_id", "number"),
 )
+
+#: An export (seed 004 §3.3.3 item 10, §3.8.1's render key): a fixed revision rendered with a
+#: profile; the same click twice (same revision, profile and Idempotency-Key) is one job.
+render_jobs = sa.Table(
+    "render_jobs",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("tenant_id", sa.String(36), nullable=False),
+    sa.Column("project_id", sa.String(36), nullable=False),
+    sa.Column("project_revision_id", sa.String(36), nullable=False),
+    sa.Column("revision_number", sa.Integer, nullable=False),
+    sa.Column("render_profile", sa.String(40), nullable=False),
+    sa.Column("idempotency_key", sa.String(255), nullable=False),
+    sa.Column("status", sa.String(20), nullable=False, comment="queued|running|succeeded|…"),
+    sa.Column("status_reason", sa.String(300), nullable=True),
+    sa.Column("failed_node", sa.String(60), nullable=True, comment="the node that failed"),
+    sa.Column("asset_id", sa.String(36), nullable=True, comment="the rendered file's asset"),
+    sa.Column("nodes_total", sa.Integer, nullable=False, default=0),
+    sa.Column("nodes_ran", sa.Integer, nullable=False, default=0),
+    sa.Column("nodes_reused", sa.Integer, nullable=False, default=0),
+    sa.Column("current_node", sa.String(60), nullable=True),
+    sa.Column("cpu_ms", sa.BigInteger, nullable=False, default=0),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.BigInteger, nullable=False),
+    sa.UniqueConstraint(
+        "project_revision_id", "render_profile", "idempotency_key", name="uq_render_jobs_key"
+    ),
+    sa.Index("ix_render_jobs_project", "tenant_id", "project_id", "id"),
+)
+
+#: Made render-graph nodes kept in the blob store by key, with their size and last use: the
+#: cache's bound evicts the least recently used first.
+render_cache = sa.Table(
+    "render_cache",
+    metadata,
+    sa.Column("cache_key", sa.String(64), primary_key=True),
+    sa.Column("tenant_id", sa.String(36), nullable=False),
+    sa.Column("object_key", sa.String(500), nullable=False),
+    sa.Column("size_bytes", sa.BigInteger, nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("last_used_at", sa.BigInteger, nullable=False),
+    sa.Index("ix_render_cache_last_used", "last_used_at"),
+)

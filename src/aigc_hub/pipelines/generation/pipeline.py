@@ -18,6 +18,7 @@ concurrency pool (seed 004 §3.2.9), each handled by its module in ``handlers/``
   ``output.fetch.urgent``, so they never wait behind ordinary fetches;
 * ``generation-media`` — the media worker on ``media.process`` (variants, output review),
   paused while its scratch disk is past the high-water mark;
+* ``generation-render`` — the render worker on ``render.execute`` (exports of projects);
 * ``generation-reconciler`` — the orphan scanner's commands on ``reconcile.command``.
 """
 
@@ -27,8 +28,16 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from aigc_hub.pipeline import Pipeline, TimelineEntry
-from aigc_hub.pipelines.generation import assets_http, events, gallery, http, models, projects_http
+from aigc_hub.pipeline import GroupTuning, Pipeline, TimelineEntry
+from aigc_hub.pipelines.generation import (
+    assets_http,
+    events,
+    exports_http,
+    gallery,
+    http,
+    models,
+    projects_http,
+)
 from aigc_hub.pipelines.generation.handlers import (
     fetcher,
     media,
@@ -36,6 +45,7 @@ from aigc_hub.pipelines.generation.handlers import (
     observer,
     poller,
     reconciler,
+    render,
     scheduler,
     submitter,
 )
@@ -66,6 +76,7 @@ pipeline.up_hook(local_provider_hook)
 pipeline.gallery(gallery.gallery_items)
 pipeline.routers += [http.router, http.credits_router, http.callbacks_router]
 pipeline.routers += [assets_http.router, assets_http.playback_router, projects_http.router]
+pipeline.routers += [exports_http.router]
 for factory in factories():
     pipeline.scanner(factory)
 for state_factory in state_factories():
@@ -97,6 +108,14 @@ pipeline.handler_with_state(
     timeout=1800,
     pause=media_variants.disk_pressure,
 )(media.on_media)
+# The render worker: its own pool, apart from the media worker and the API (seed 004 §3.3.3-10).
+pipeline.handler_with_state(
+    "generation-render",
+    [events.RENDER],
+    concurrency=1,
+    timeout=6 * 3600,
+    tune=lambda gen: GroupTuning("generation-render", gen.settings.render_concurrency),
+)(render.on_render)
 pipeline.handler_with_state("generation-reconciler", [events.RECONCILE], concurrency=2)(
     reconciler.on_reconcile
 )

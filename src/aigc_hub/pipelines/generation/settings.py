@@ -128,6 +128,26 @@ class GenerationSettings(BaseSettings):
         "this fraction",
     )
     media_timeout_s: float = Field(600.0, description="longest one FFmpeg run may take")
+    render_concurrency: int = Field(
+        1, ge=1, le=64, description="exports one process renders at once (its own pool)"
+    )
+    render_threads: int = Field(
+        1, ge=1, le=64, description="FFmpeg threads of one render node (bounds a render's cores)"
+    )
+    render_node_attempts: int = Field(
+        3, ge=1, le=10, description="runs of a failing render node before its export fails"
+    )
+    render_node_backoff_s: float = Field(
+        1.0, ge=0, le=300, description="wait before a failed render node's second run (doubles)"
+    )
+    render_variants: str = Field(
+        "proxy,hls,poster",
+        description="variants the media worker makes of every export before it is succeeded, "
+        "comma separated (as media_profiles); empty = the rendered file alone",
+    )
+    render_cache_bytes: int = Field(
+        20 << 30, ge=0, description="bound of the render node cache in the blob store (LRU)"
+    )
     orphan_grace_s: float = Field(
         3600.0,
         description="an object no asset row names is an orphan only once it is this old "
@@ -193,13 +213,18 @@ class GenerationSettings(BaseSettings):
         """The required variant profiles, in the order they are made."""
         return _split(self.media_profiles)
 
-    @field_validator("media_profiles")
+    def render_variant_list(self) -> list[str]:
+        """The variants every export needs, in the order they are made."""
+        return _split(self.render_variants)
+
+    @field_validator("media_profiles", "render_variants")
     @classmethod
-    def _known_profiles(cls, value: str) -> str:
+    def _known_profiles(cls, value: str, info: ValidationInfo) -> str:
         known = ("proxy", "hls", "poster", "thumbnails", "waveform")
         unknown = [p for p in _split(value) if p not in known]
         if unknown:
-            raise ValueError(f"AIGC_HUB_GEN_MEDIA_PROFILES: unknown {unknown}; known: {known}")
+            name = f"AIGC_HUB_GEN_{str(info.field_name).upper()}"
+            raise ValueError(f"{name}: unknown {unknown}; known: {known}")
         return value
 
     def provider_names(self) -> list[str]:

@@ -97,7 +97,7 @@ async def process_output(gen: Generation, env: Envelope, ctx: HandlerContext) ->
                         _hold(gen, ctx, task, decision)
                         return []
                 for profile in missing:
-                    await _make(gen, ctx, task, source, profile, local, info, scratch, limits)
+                    await make(gen, ctx, str(task["id"]), source, profile, local, info, scratch)
             except MediaRefused as refused:
                 _invalid(gen, env, ctx, task, refused)
                 return []
@@ -144,21 +144,21 @@ async def _review(
     )
 
 
-async def _make(
+async def make(
     gen: Generation,
     ctx: HandlerContext,
-    task: Mapping[str, Any],
+    task_id: str | None,
     source: Mapping[str, Any],
     profile: str,
     local: Path,
     info: MediaInfo,
     scratch: Path,
-    limits: MediaLimits,
 ) -> None:
-    """Make one variant, store its files, and commit its row under the job key."""
+    """Make one variant of ``source`` (a task's output, or an export when ``task_id`` is
+    None), store its files, and commit its row under the job key."""
     out_dir = scratch / profile
     await asyncio.to_thread(out_dir.mkdir)
-    made = await ladder.make_variant(profile, local, info, out_dir, limits=limits)
+    made = await ladder.make_variant(profile, local, info, out_dir, limits=gen.media_limits())
     prefix = variant_prefix(str(source["object_key"]), profile)
     blobs = gen.hub.blobs
     assert blobs is not None  # checked by the handler before any work
@@ -183,7 +183,7 @@ async def _make(
                 project_id=source["project_id"],
                 kind="variant",
                 source_asset_id=source["id"],
-                task_id=task["id"],
+                task_id=task_id,
                 object_bucket=source["object_bucket"],
                 object_key=f"{prefix}/{made.main}",
                 content_type=made.content_type,

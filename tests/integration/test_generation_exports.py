@@ -1,0 +1,202 @@
+"""Exports through the API with the render worker running, on SQLite and PostgreSQL: three
+uploaded clips with a crossfade, a title and music render to the profile's MP4 (ffprobe);
+the same click twice is one export; a title change re-runs only the nodes it reaches; a node
+that always fails fails its export with the node named and leaves the sources and the
+earlier export as they were; another tenant's project is not found."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from aigc_hub.media import tools
+from aigc_hub.pipelines.generation import assets
+from aigc_hub.store.engine import reader
+from tests.support.uploads import asset_stack, complete, settled, upload
+
+
+def ffmpeg(*args: str) -> None:
+    subprocess.run(
+        [tools.executable("ffmpeg"), "-v", "error", "-y", *args], check=True, timeout=120
+    )
+
+
+def sources(folder: Path) -> list[Path]:
+    """Three 4 s clips (no sound) and a 10 s clip whose sound is the music."""
+    made = []
+    for pattern in ("testsrc2", "smptebars", "rgbtestsrc"):
+        path = folder / f"{pattern}.mp4"
+        ffmpeg(
+            "-f", "lavfi", "-i", f"{pattern}=size=320x180:rate=25:duration=4",
+            "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", str(path),
+        )  # fmt: skip
+        made.append(path)
+    music = folder / "music.mp4"
+    ffmpeg(
+        "-f", "lavfi", "-i", "color=c=black:size=160x90:rate=10:duration=10",
+        "-f", "lavfi", "-i", "sine=frequency=440:duration=10",
+        "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p",
+        "-c:a", "aac", "-shortest", str(music),
+    )  # fmt: skip
+    return [*made, music]
+
+
+def timeline(clips: list[str], music: str, title: str) -> dict[str, Any]:
+    """8 s at 1280x720, 25 fps: a, b crossfading in over a's last 500 ms, c; title; music."""
+    cut = {"in_ms": 500, "out_ms": 3500}
+    return {
+        "output": {"width": 1280, "height": 720, "frame_rate": 25, "duration_ms": 8000},
+        "tracks": [
+            {
+                "id": "v1",
+                "clips": [
+                    {"id": "a", "asset_id": clips[0], "at_ms": 0, **cut},
+                    {
+                        "id": "b",
+                        "asset_id": clips[1],
+                        "at_ms": 2500,
+                        **cut,
+                        "transition_in": {"kind": "crossfade", "duration_ms": 500},
+                    },
+                    {"id": "c", "asset_id": clips[2], "at_ms": 5500, "in_ms": 0, "out_ms": 2500},
+                ],
+            }
+        ],
+        "texts": [{"id": "title", "text": title, "start_ms": 0, "end_ms": 2000, "y": 0.2}],
+        "audio": [
+            {
+                "id": "music",
+                "asset_id": music,
+                "at_ms": 0,
+                "in_ms": 0,
+                "out_ms": 8000,
+                "gain_db": -6,
+                "fade_out_ms": 1000,
+            }
+        ],
+    }
+
+
+async def ended(api: httpx.AsyncClient, path: str, timeout_s: float = 180.0) -> dict[str, Any]:
+    """The export once it left queued/running (polled, bounded by ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found: dict[str, Any] = (await api.get(path)).json()
+        if found["status"] not in ("queued", "running"):
+            return found
+        assert time.monotonic() < deadline, f"export still {found['status']}: {found}"
+        await asyncio.sleep(0.1)
+
+
+def probe(path: Path) -> dict[str, Any]:
+    out = subprocess.run(
+        [tools.executable("ffprobe"), "-v", "error", "-count_frames", "-print_format", "json",
+         "-show_streams", "-show_format", str(path)],
+        check=True, capture_output=True, timeout=60,
+    ).stdout  # fmt: skip
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+async def test_a_timeline_exports_once_per_click_reuses_unchanged_nodes_and_names_a_failed_one(
+    db_url: str, tmp_path: Path
+) -> None:
+    folder = tmp_path / "sources"
+    folder.mkdir()
+    files = sources(folder)
+    groups = ("generation-media", "generation-render")
+    async with asset_stack(db_url, tmp_path, groups=groups, render_node_backoff_s=0.01) as stack:
+        key = await stack.tenant("studio")
+        other = await stack.tenant("other")
+        async with stack.client(key) as api, stack.client(other) as stranger:
+            ids = []
+            for path in files:
+                sent = await upload(api, path)
+                assert (await complete(api, sent)).status_code == 200
+                assert (await settled(api, sent.asset_id))["status"] == "READY"
+                ids.append(sent.asset_id)
+            clips, music = ids[:3], ids[3]
+            made = await api.post(
+                "/v1/projects", json={"name": "Trip", "timeline": timeline(clips, music, "Trip")}
+            )
+            assert made.status_code == 201, made.text
+            exports = f"/v1/projects/{made.json()['project_id']}/exports"
+
+            # the same click twice: one export
+            click = {"headers": {"Idempotency-Key": "click-1"}, "json": {"profile": "draft"}}
+            first = await api.post(exports, **click)
+            again = await api.post(exports, **click)
+            assert first.status_code == 202, first.text
+            assert again.status_code == 200 and again.headers["Idempotent-Replayed"] == "true"
+            assert again.json()["export_id"] == first.json()["export_id"]
+            done = await ended(api, f"{exports}/{first.json()['export_id']}")
+            assert done["status"] == "succeeded", done
+            assert (done["nodes_ran"], done["nodes_reused"], done["nodes_total"]) == (9, 0, 9)
+            assert len((await api.get(exports)).json()["items"]) == 1
+
+            async with reader(stack.hub.engine) as conn:
+                row = await assets.load(conn, done["asset_id"])
+            assert row is not None and row["kind"] == "export" and row["status"] == "READY"
+            rendered = tmp_path / "export.mp4"
+            rendered.write_bytes(await stack.store.get(row["object_key"]))
+            info = probe(rendered)
+            video = next(s for s in info["streams"] if s["codec_type"] == "video")
+            assert (video["width"], video["height"], video["r_frame_rate"]) == (640, 360, "25/1")
+            assert int(video["nb_read_frames"]) == 200  # 8 s, within a frame: exactly
+            assert abs(float(info["format"]["duration"]) - 8.0) <= 0.07
+            assert [s["codec_name"] for s in info["streams"] if s["codec_type"] == "audio"] == [
+                "aac"
+            ]
+
+            # the media worker made its playback variants before it succeeded: it plays (HLS)
+            listed = (await api.get(f"/v1/assets/{done['asset_id']}/variants")).json()["items"]
+            assert sorted(v["variant_profile"] for v in listed) == ["hls", "poster", "proxy"]
+            grant = await api.post(f"/v1/assets/{done['asset_id']}/playback")
+            assert grant.json()["content_type"] == "application/vnd.apple.mpegurl", grant.text
+            playlist = await api.get(grant.json()["url"])
+            assert playlist.status_code == 200 and "#EXTM3U" in playlist.text
+
+            # only the title changes: the clips, the track, the music and the mix are reused
+            saved = await api.post(
+                f"/v1/projects/{made.json()['project_id']}/revisions",
+                json={"base_revision": 1, "timeline": timeline(clips, music, "Trip, day 2")},
+            )
+            assert saved.status_code == 201, saved.text
+            second = await api.post(
+                exports, headers={"Idempotency-Key": "click-2"}, json={"profile": "draft"}
+            )
+            assert second.json()["revision"] == 2
+            retitled = await ended(api, f"{exports}/{second.json()['export_id']}")
+            assert retitled["status"] == "succeeded", retitled
+            assert (retitled["nodes_ran"], retitled["nodes_reused"]) == (
+                3,
+                6,
+            )  # text, compose, encode
+
+            # a node that always fails: the export fails naming it; nothing else is touched
+            def crash() -> None:
+                raise OSError("the tool crashed")
+
+            stack.hub.failpoints.arm("render.node:clip:b", crash)
+            hd = await api.post(exports, headers={"Idempotency-Key": "c3"}, json={"profile": "hd"})
+            failed = await ended(api, f"{exports}/{hd.json()['export_id']}")
+            assert failed["status"] == "failed" and failed["failed_node"] == "clip:b", failed
+            assert "crashed" in failed["status_reason"] and failed["asset_id"] is None
+            for asset_id in [*ids, done["asset_id"], retitled["asset_id"]]:
+                assert (await api.get(f"/v1/assets/{asset_id}")).json()["status"] == "READY"
+
+            # refusals: an unknown profile, a missing key, another tenant's project
+            bad = await api.post(exports, headers={"Idempotency-Key": "x"}, json={"profile": "8k"})
+            assert bad.status_code == 422 and "draft" in bad.text
+            assert (await api.post(exports, json={"profile": "hd"})).status_code == 400
+            theirs = await stranger.post(
+                exports, headers={"Idempotency-Key": "x"}, json={"profile": "hd"}
+            )
+            assert theirs.status_code == 404
+            assert (await stranger.get(f"{exports}/{done['export_id']}")).status_code == 404
