@@ -2,7 +2,8 @@
 uploaded clips with a crossfade, a title and music render to the profile's MP4 (ffprobe);
 the same click twice is one export; a title change re-runs only the nodes it reaches; a node
 that always fails fails its export with the node named and leaves the sources and the
-earlier export as they were; another tenant's project is not found."""
+earlier export as they were; another tenant's project is not found. A cancel stops the
+running node's FFmpeg; the CLI exports, follows and reports a failure in one line."""
 
 from __future__ import annotations
 
@@ -14,11 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
+from typer.testing import CliRunner
 
+from aigc_hub.cli.main import app as cli
 from aigc_hub.media import tools
 from aigc_hub.pipelines.generation import assets
 from aigc_hub.store.engine import reader
-from tests.support.uploads import asset_stack, complete, settled, upload
+from tests.integration.test_avcc_cli import printed_json
+from tests.support.uploads import AssetStack, asset_stack, complete, settled, upload
 
 
 def ffmpeg(*args: str) -> None:
@@ -83,6 +88,17 @@ def timeline(clips: list[str], music: str, title: str) -> dict[str, Any]:
     }
 
 
+async def uploaded(api: httpx.AsyncClient, files: list[Path]) -> list[str]:
+    """The files as the tenant's READY assets, their ids in order."""
+    found = []
+    for path in files:
+        sent = await upload(api, path)
+        assert (await complete(api, sent)).status_code == 200
+        assert (await settled(api, sent.asset_id))["status"] == "READY"
+        found.append(sent.asset_id)
+    return found
+
+
 async def ended(api: httpx.AsyncClient, path: str, timeout_s: float = 180.0) -> dict[str, Any]:
     """The export once it left queued/running (polled, bounded by ``timeout_s``)."""
     deadline = time.monotonic() + timeout_s
@@ -115,12 +131,7 @@ async def test_a_timeline_exports_once_per_click_reuses_unchanged_nodes_and_name
         key = await stack.tenant("studio")
         other = await stack.tenant("other")
         async with stack.client(key) as api, stack.client(other) as stranger:
-            ids = []
-            for path in files:
-                sent = await upload(api, path)
-                assert (await complete(api, sent)).status_code == 200
-                assert (await settled(api, sent.asset_id))["status"] == "READY"
-                ids.append(sent.asset_id)
+            ids = await uploaded(api, files)
             clips, music = ids[:3], ids[3]
             made = await api.post(
                 "/v1/projects", json={"name": "Trip", "timeline": timeline(clips, music, "Trip")}
@@ -200,3 +211,98 @@ async def test_a_timeline_exports_once_per_click_reuses_unchanged_nodes_and_name
             )
             assert theirs.status_code == 404
             assert (await stranger.get(f"{exports}/{done['export_id']}")).status_code == 404
+
+
+def ffmpeg_children() -> list[psutil.Process]:
+    """FFmpeg processes this test process started (the render nodes')."""
+    return [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if "ffmpeg" in p.name() and p.status() != psutil.STATUS_ZOMBIE
+    ]
+
+
+async def test_cancelling_a_running_export_stops_its_ffmpeg(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    folder = tmp_path / "sources"
+    folder.mkdir()
+    files = sources(folder)
+    groups = ("generation-media", "generation-render")
+    async with asset_stack(sqlite_url, tmp_path, groups=groups) as stack:
+        key = await stack.tenant("studio")
+        async with stack.client(key) as api:
+            ids = await uploaded(api, files)
+            long = timeline(ids[:3], ids[3], "A long one")
+            long["output"]["duration_ms"] = 120_000  # black after 8 s: minutes at full HD
+            long["texts"][0]["end_ms"] = 120_000
+            made = await api.post("/v1/projects", json={"name": "Long", "timeline": long})
+            exports = f"/v1/projects/{made.json()['project_id']}/exports"
+            sent = await api.post(
+                exports, headers={"Idempotency-Key": "k"}, json={"profile": "fullhd"}
+            )
+            path = f"{exports}/{sent.json()['export_id']}"
+            deadline = time.monotonic() + 120
+            while not ffmpeg_children():  # a node's FFmpeg is running
+                assert time.monotonic() < deadline, (await api.get(path)).json()
+                await asyncio.sleep(0.05)
+            cancelled = await api.post(f"{path}/cancel")
+            assert cancelled.json()["status"] == "cancelled", cancelled.text
+            while ffmpeg_children():  # the watcher kills it within its poll
+                assert time.monotonic() < deadline, "the node's FFmpeg still runs"
+                await asyncio.sleep(0.05)
+            after = (await api.get(path)).json()
+            assert after["status"] == "cancelled" and after["asset_id"] is None
+            assert after["nodes_ran"] < after["nodes_total"]
+
+
+async def test_the_project_commands_export_and_wait_for_an_export(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    folder = tmp_path / "sources"
+    folder.mkdir()
+    files = sources(folder)
+    runner = CliRunner()
+    groups = ("generation-media", "generation-render")
+    async with asset_stack(
+        sqlite_url, tmp_path, groups=groups, render_node_attempts=1, render_variants=""
+    ) as stack:
+        key = await stack.tenant("studio")
+        async with stack.client(key) as api:
+            ids = await uploaded(api, files)
+            made = await api.post(
+                "/v1/projects", json={"name": "T", "timeline": timeline(ids[:3], ids[3], "T")}
+            )
+        project_id = made.json()["project_id"]
+        common = ["--url", stack.api_url, "--api-key", key]
+
+        def run(*args: str) -> Any:
+            # In a thread: the CLI's blocking HTTP calls reach the API on this event loop.
+            return asyncio.to_thread(runner.invoke, cli, ["gen", "project", *args, *common])
+
+        done = await run("export", project_id, "--profile", "draft", "--wait")
+        failing = _failing(stack)
+        queued = await run("export", project_id, "--profile", "hd", "--idempotency-key", "x")
+        export_id = str(printed_json(queued.stdout)["export_id"])
+        failed = await run("wait", project_id, export_id)
+        again = await run("export", project_id, "--profile", "hd", "--idempotency-key", "x")
+        unknown = await run("export", project_id, "--profile", "8k")
+        failing.disarm("render.node:clip:a")
+    assert done.exit_code == 0, done.output
+    shown = printed_json(done.stdout)
+    assert shown["status"] == "succeeded" and shown["asset_id"]
+    assert failed.exit_code == 1
+    assert f"export {export_id} failed at node clip:a" in failed.stderr
+    assert failed.stderr.strip().count("\n") == 0
+    assert printed_json(again.stdout)["export_id"] == export_id  # the same key: the same export
+    assert unknown.exit_code != 0 and "422" in unknown.stderr and "draft" in unknown.stderr
+
+
+def _failing(stack: AssetStack) -> Any:
+    """Arm the first clip's node to fail every run; the registry, to disarm it."""
+
+    def crash() -> None:
+        raise OSError("the tool crashed")
+
+    stack.hub.failpoints.arm("render.node:clip:a", crash)
+    return stack.hub.failpoints

@@ -103,7 +103,7 @@ def describe(exc: BaseException) -> str:
 
 def console() -> Console:
     """The console for a command's output (stdout); built per call so tests can swap streams."""
-    out = Console(highlight=False)
+    out = Console(highlight=False, emoji=False)  # ids such as clip:a: are not emoji codes
     if not out.is_terminal and "COLUMNS" not in os.environ:
         out.width = 200  # piped output: do not squeeze tables into 80 columns
     return out
@@ -111,7 +111,7 @@ def console() -> Console:
 
 def error_console() -> Console:
     """The console for diagnostics (stderr); lines are never wrapped."""
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    return Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 
 def report_error(message: str) -> None:

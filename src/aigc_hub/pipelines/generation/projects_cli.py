@@ -2,22 +2,30 @@
 
 The twins of ``/v1/projects``: ``create`` (with a first timeline from a JSON file),
 ``save`` (a new revision over the one the edit started from), ``get`` (the newest revision
-or one by number) and ``list``. The timeline file is the same document the API and the
+or one by number), ``list``, ``export`` (render a revision with a profile) and ``wait``
+(follow an export to its end). The timeline file is the same document the API and the
 console take (``TimelineV1`` in the OpenAPI document).
 """
 
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
 from aigc_hub.cli import kit
 from aigc_hub.cli.kit import ApiKey, ApiUrl
 
-app = kit.new_app("project", "Editing projects: create, save a revision, get, list.")
+app = kit.new_app(
+    "project", "Editing projects: create, save a revision, get, list, export, wait for an export."
+)
+#: Export states that are final.
+ENDED = ("succeeded", "failed", "cancelled")
 
 TimelineFile = Annotated[
     Path,
@@ -102,3 +110,76 @@ def list_(
     """List your projects, newest first."""
     params: dict[str, Any] = {"limit": limit} | ({"before": before} if before else {})
     kit.show_json(kit.call_api("GET", url, "/projects", api_key, params=params))
+
+
+@app.command()
+def export(
+    project_id: Annotated[str, typer.Argument(help="The project.")],
+    profile: Annotated[
+        str, typer.Option(help="Render profile: draft, hd, fullhd or source.")
+    ] = "hd",
+    revision: Annotated[
+        int | None, typer.Option(min=1, help="The revision to render (default: the newest).")
+    ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(help="Reuse to make a repeated request return the same export."),
+    ] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Follow it until it ends.")] = False,
+    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds --wait waits.")] = 3600,
+    url: ApiUrl = kit.DEFAULT_API_URL,
+    api_key: ApiKey = "",
+) -> None:
+    """Render a revision of the project with a profile; prints the export (its id). With
+    --wait, follows it like `wait`."""
+    body: dict[str, Any] = {"profile": profile}
+    if revision is not None:
+        body["revision"] = revision
+    key = idempotency_key or str(uuid.uuid4())
+    path = f"/projects/{project_id}/exports"
+    made = kit.call_api("POST", url, path, api_key, json=body, headers={"Idempotency-Key": key})
+    if not wait:
+        kit.show_json(made)
+        return
+    _follow(url, api_key, project_id, made["export_id"], timeout)
+
+
+@app.command("wait")
+def wait_for(
+    project_id: Annotated[str, typer.Argument(help="The project.")],
+    export_id: Annotated[str, typer.Argument(help="The export (from `export`).")],
+    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to wait at most.")] = 3600,
+    url: ApiUrl = kit.DEFAULT_API_URL,
+    api_key: ApiKey = "",
+) -> None:
+    """Show an export's progress until it ends; exit 0 when it succeeded (its asset_id is
+    the file), 1 when it failed (naming the node) or was cancelled."""
+    _follow(url, api_key, project_id, export_id, timeout)
+
+
+def _follow(url: str, api_key: str, project_id: str, export_id: str, timeout: float) -> None:
+    """A progress bar of the export until it ends or ``timeout`` passes; then its view."""
+    deadline = time.monotonic() + timeout
+    path = f"/projects/{project_id}/exports/{export_id}"
+    columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn())
+    with Progress(*columns, TimeElapsedColumn(), console=kit.console(), transient=True) as bar:
+        line = bar.add_task(export_id, total=1.0)
+        while True:
+            found = kit.call_api("GET", url, path, api_key)
+            stage = found["current_node"] or found["status"]
+            bar.update(line, completed=found["progress"], description=stage)
+            if found["status"] in ENDED:
+                break
+            if time.monotonic() > deadline:
+                kit.fail(
+                    f"export {export_id} still {found['status']} ({stage}) after {timeout:g} s; "
+                    f"wait again with `aigc-hub gen project wait {project_id} {export_id}`",
+                    kit.ExitCode.UNAVAILABLE,
+                )
+            time.sleep(0.5)
+    kit.show_json(found)
+    if found["status"] == "failed":
+        node = f" at node {found['failed_node']}" if found["failed_node"] else ""
+        kit.fail(f"export {export_id} failed{node}: {found['status_reason']}")
+    if found["status"] == "cancelled":
+        kit.fail(f"export {export_id} was cancelled")
