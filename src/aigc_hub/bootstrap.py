@@ -269,7 +269,8 @@ class Hub:
 
     def runtime(self, spec: HandlerSpec, **options: object) -> ConsumerGroupRuntime:
         """A runtime for one consumer group (not started)."""
-        if self.concurrency and "concurrency" not in options:
+        # the hub-wide default, not over what a pipeline's own settings chose for the group
+        if self.concurrency and "concurrency" not in options and not spec.tuned:
             options["concurrency"] = self.concurrency
         if self.middleware and "extra_middleware" not in options:
             options["extra_middleware"] = self.middleware

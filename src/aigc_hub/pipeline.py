@@ -263,6 +263,9 @@ class HandlerSpec:
     #: dead letter exists. A hook that raises stores neither: the record stays unfinished
     #: (its offset uncommitted) and comes back on the group's next start.
     on_dead_letter: DeadLetterHook | None = None
+    #: The concurrency was read from the pipeline's own settings (a :class:`GroupTuning`):
+    #: the hub-wide default (``AIGC_HUB_CONCURRENCY``) does not override it.
+    tuned: bool = False
 
 
 @dataclass(frozen=True)
@@ -573,6 +576,7 @@ class Pipeline(PipelineBase, Generic[S]):
             bound,
             group=tuning.group or bound.group,
             concurrency=tuning.concurrency or bound.concurrency,
+            tuned=tuning.concurrency is not None,
         )
 
     def _bind_handler(self, spec: HandlerSpec, state: S) -> HandlerSpec:

@@ -134,6 +134,13 @@ class GenerationSettings(BaseSettings):
     render_threads: int = Field(
         1, ge=1, le=64, description="FFmpeg threads of one render node (bounds a render's cores)"
     )
+    render_niceness: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="CPU niceness of render nodes' FFmpeg: on a busy host the API and the "
+        "other workers get the CPU first",
+    )
     render_node_attempts: int = Field(
         3, ge=1, le=10, description="runs of a failing render node before its export fails"
     )

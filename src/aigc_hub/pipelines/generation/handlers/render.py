@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 from collections.abc import Mapping
 from pathlib import Path
@@ -269,7 +270,7 @@ async def _run_watched(
     running node's FFmpeg is killed with its group by the task's cancellation)."""
     settings = gen.settings
     run_settings = render_run.RunSettings(
-        limits=gen.media_limits(),
+        limits=dataclasses.replace(gen.media_limits(), niceness=settings.render_niceness),
         threads=settings.render_threads,
         attempts=settings.render_node_attempts,
         backoff_s=settings.render_node_backoff_s,
