@@ -73,6 +73,7 @@ def make_sources(folder: Path) -> dict[str, Path]:
         pattern = PATTERNS[i % len(PATTERNS)]
         ffmpeg(
             *("-f", "lavfi", "-i", f"{pattern}=size={W}x{H}:rate={RATE}:duration={SOURCE_S}"),
+            *("-vf", f"hue=h={i * 30}"),  # no two sources alike (the cache would share them)
             *("-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p", str(path)),
         )
         paths[clip_id(i)] = path
@@ -168,6 +169,7 @@ def reference_args(
     )
     assert graph.height == H
     return [
+        *args,
         *("-filter_complex", ";".join(parts), "-map", "[v]", "-map", "[a]"),
         *("-c:v", "libx264", "-preset", "medium", "-crf", "22", "-pix_fmt", "yuv420p"),
         *("-r", str(RATE), "-frames:v", str(60 * RATE), "-threads", "1"),

@@ -199,6 +199,26 @@ async def test_a_node_failing_twice_is_retried_alone_and_one_always_failing_is_n
     assert before == {k: hashlib.sha256(p.read_bytes()).hexdigest() for k, p in sources.items()}
 
 
+async def test_a_crossfade_after_a_cut_renders_whole(
+    sources: dict[str, Path], tmp_path: Path
+) -> None:
+    """c1, then c3 joined by a cut, then c2 crossfading over c3 (a concat before an xfade:
+    their time bases once differed and FFmpeg refused the sequence)."""
+    doc = timeline().model_dump(mode="json")
+    c1, c2, c3 = doc["tracks"][0]["clips"]
+    c3["at_ms"], c2["at_ms"] = 3000, 5000
+    doc["tracks"][0]["clips"] = [c1, c3, c2]
+    graph = render_graph.compile_graph(
+        TimelineV1.model_validate(doc), render_graph.profile_named("draft"), facts(sources)
+    )
+    cache = render_run.FolderCache(tmp_path / "cache")
+    await render_run.run_graph(graph, sources, cache, tmp_path / "work")
+    out = tmp_path / "export.mp4"
+    await cache.fetch(graph.output.key, out)
+    video = next(s for s in probe(out)["streams"] if s["codec_type"] == "video")
+    assert int(video["nb_read_frames"]) == 200
+
+
 def test_what_a_source_cannot_give_is_refused_naming_the_element(
     sources: dict[str, Path],
 ) -> None:

@@ -1,5 +1,5 @@
-"""The web console at ``/console``: DLQ browser, live dashboard, task explorer, gallery, and
-avcc's human review queue.
+"""The web console at ``/console``: DLQ browser, live dashboard, task explorer, gallery,
+avcc's human review queue, vistack's videos and generation's editing projects.
 
 Server-rendered (Jinja2) with a little vanilla JS and no build step or CDN (the HLS player,
 hls.js, is vendored under ``static/vendor``). Operators log in with an admin API key and
@@ -22,6 +22,7 @@ from aigc_hub.interfaces.console import (
     dlq,
     gallery,
     playback,
+    projects,
     reviews,
     tasks,
     videos,
@@ -46,6 +47,7 @@ def router() -> APIRouter:
         reviews.router,
         playback.router,
         videos.router,
+        projects.router,
     )
     for part in parts:
         combined.include_router(part)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, Form, Request, Response
+from fastapi import APIRouter, Depends, Form, Header, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.routing import APIRoute
 
@@ -171,10 +171,21 @@ async def checked_viewer_form(
     return _check_csrf(request, who, csrf)
 
 
+async def checked_viewer_call(
+    request: Request,
+    who: Annotated[Operator, Depends(viewer)],
+    x_csrf_token: Annotated[str | None, Header()] = None,
+) -> Operator:
+    """Any session's script call (a JSON body, no form) carrying the session's CSRF token in
+    ``X-CSRF-Token``."""
+    return _check_csrf(request, who, x_csrf_token)
+
+
 ViewerDep = Annotated[Operator, Depends(viewer)]
 OperatorDep = Annotated[Operator, Depends(operator)]
 CheckedDep = Annotated[Operator, Depends(checked_form)]
 CheckedViewerDep = Annotated[Operator, Depends(checked_viewer_form)]
+CheckedCallDep = Annotated[Operator, Depends(checked_viewer_call)]
 
 router = APIRouter(route_class=ConsoleRoute)
 

@@ -21,9 +21,10 @@ from aigc_hub.media.sandbox import MediaLimits
 from .render_graph import JSON, RenderGraph, RenderNode
 
 #: Quality of intermediates: near-transparent, fast to write; the export's own quality is
-#: the profile's (``encode``).
+#: the profile's (``encode``). ``ultrafast`` over ``veryfast`` took a 60 s 720p export from
+#: 2.2x to 1.4x the single ffmpeg command's wall time (bench/render.py), for bigger files.
 INTERMEDIATE_CRF: Final = "12"
-INTERMEDIATE_PRESET: Final = "veryfast"
+INTERMEDIATE_PRESET: Final = "ultrafast"
 SAMPLE_RATE: Final = "48000"
 #: How an intermediate is opened: our own files, but still file protocol and one demuxer.
 _DEMUXER_OF_EXT: Final = {"mp4": "mov", "wav": "wav", "png": "png_pipe"}
@@ -223,7 +224,9 @@ def _sequence_filter(graph: RenderGraph, node: RenderNode) -> str:
                     f"[{padded}]"
                 )
             parts.append(f"[{i}:v]{norm}[c{i}]")
-            parts.append(f"[{padded}][c{i}]concat=n=2:v=1:a=0[s{i}]")
+            # concat's output has its own time base; xfade after it needs both of its inputs'
+            # to match, so every joint is brought back to the common one
+            parts.append(f"[{padded}][c{i}]concat=n=2:v=1:a=0,{norm}[s{i}]")
             current = f"s{i}"
         end_ms = at + length
     tail = graph.duration_ms - end_ms + 1000

@@ -36,7 +36,7 @@ from aigc_hub.core import errors
 from .timeline import AudioClip, Clip, TimelineV1
 
 #: Bumped when a node's command changes what it makes: every cached node is then made anew.
-GRAPH_VERSION: Final = "render-v1"
+GRAPH_VERSION: Final = "render-v2"
 
 NodeKind = Literal["clip", "sequence", "text", "compose", "audio", "mix", "encode"]
 JSON = str | int | float | bool | None | list["JSON"] | dict[str, "JSON"]
