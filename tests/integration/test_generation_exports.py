@@ -16,13 +16,16 @@ from typing import Any
 
 import httpx
 import psutil
+import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from aigc_hub.cli.main import app as cli
 from aigc_hub.media import tools
 from aigc_hub.pipelines.generation import assets
+from aigc_hub.pipelines.generation.models import render_cache
 from aigc_hub.store.engine import reader
 from tests.integration.test_avcc_cli import printed_json
+from tests.support.sse import FrameReader
 from tests.support.uploads import AssetStack, asset_stack, complete, settled, upload
 
 
@@ -306,3 +309,70 @@ def _failing(stack: AssetStack) -> Any:
 
     stack.hub.failpoints.arm("render.node:clip:a", crash)
     return stack.hub.failpoints
+
+
+async def _notes_until_ended(reader: FrameReader, export_id: str) -> list[dict[str, Any]]:
+    """The notifications about ``export_id`` up to the one saying it ended."""
+    notes: list[dict[str, Any]] = []
+    async with asyncio.timeout(180):
+        while True:
+            frame = await reader.next(timeout=180)
+            if frame.event != "notification" or frame.json()["subject_id"] != export_id:
+                continue
+            notes.append(frame.json())
+            if notes[-1]["status"] in ("succeeded", "failed", "cancelled"):
+                return notes
+
+
+async def test_progress_per_node_reaches_the_event_stream_and_the_cache_keeps_its_bound(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    folder = tmp_path / "sources"
+    folder.mkdir()
+    files = sources(folder)
+    groups = ("generation-media", "generation-render")
+    # a bound below one export's nodes: every node goes once the export has its file
+    async with asset_stack(
+        sqlite_url, tmp_path, groups=groups, render_variants="poster", render_cache_bytes=1
+    ) as stack:
+        key = await stack.tenant("studio")
+        async with stack.client(key) as api:
+            ids = await uploaded(api, files)
+            made = await api.post(
+                "/v1/projects", json={"name": "T", "timeline": timeline(ids[:3], ids[3], "T")}
+            )
+            exports = f"/v1/projects/{made.json()['project_id']}/exports"
+            async with api.stream("GET", "/v1/events") as stream:
+                frames = FrameReader(stream)
+                try:
+                    assert (await frames.next()).comments == ["ready"]
+                    sent = await api.post(
+                        exports, headers={"Idempotency-Key": "1"}, json={"profile": "draft"}
+                    )
+                    export_id = sent.json()["export_id"]
+                    notes = await _notes_until_ended(frames, export_id)
+                finally:
+                    await frames.aclose()
+            again = await api.post(
+                exports, headers={"Idempotency-Key": "2"}, json={"profile": "draft"}
+            )
+            second = await ended(api, f"{exports}/{again.json()['export_id']}")
+        async with reader(stack.hub.engine) as conn:
+            cached = (await conn.execute(sa.select(render_cache))).all()
+        left = [o async for o in stack.store.list_objects("render-cache/")]
+    assert all(n["subject_type"] == "render_job" for n in notes)
+    stages = [n["stage"] for n in notes if n["kind"] == "progress"]
+    nodes = [s for s in stages if s and s != "variants"]
+    assert len(nodes) == 9 and "variants" in stages  # each node once, then the variants
+    assert set(nodes) == {"clip:a", "clip:b", "clip:c", "sequence:v1", "text:title"} | {
+        "compose",
+        "audio:music",
+        "mix",
+        "encode",
+    }
+    progress = [n["progress"] for n in notes]
+    assert progress == sorted(progress) and progress[-1] == 1.0
+    assert notes[-1]["status"] == "succeeded"
+    # nothing was left in the cache for the second export to reuse
+    assert cached == [] and left == []
+    assert (second["status"], second["nodes_ran"], second["nodes_reused"]) == ("succeeded", 9, 0)

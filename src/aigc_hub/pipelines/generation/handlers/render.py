@@ -62,7 +62,8 @@ class Cancelled(errors.HubError):
 class BlobNodeCache:
     """The render node cache: files in the hub's blob store under ``render-cache/``, a
     ``render_cache`` row each (size, last use). Keys are scoped by tenant (a node of one
-    tenant is never another's), and past ``bound`` bytes the least recently used go."""
+    tenant is never another's), and past ``bound`` bytes (the whole cache, every tenant's)
+    the least recently used go when an export ends (:meth:`evict`)."""
 
     def __init__(self, gen: Generation, tenant_id: str) -> None:
         self.gen, self.tenant_id = gen, tenant_id
@@ -125,10 +126,11 @@ class BlobNodeCache:
                 )
                 .on_conflict_do_nothing()
             )
-        await self._evict()
 
-    async def _evict(self) -> None:
-        """Forget the least recently used nodes until the cache is within its bound."""
+    async def evict(self) -> None:
+        """Forget the least recently used nodes until the cache is within its bound. Called
+        once an export has its file, not after each node: a bound smaller than one export's
+        nodes must not take a node from under the node that reads it next."""
         async with reader(self.gen.hub.engine) as conn:
             total = int(await conn.scalar(sa.select(sa.func.sum(render_cache.c.size_bytes))) or 0)
             if total <= self.bound:
@@ -223,6 +225,7 @@ async def on_render(gen: Generation, env: Envelope, ctx: HandlerContext) -> list
             report = await _run_watched(gen, job_id, graph, sources, cache, scratch, on_node)
             out = scratch / "export.mp4"
             await cache.fetch(graph.output.key, out)
+            await cache.evict()
             await _finish(gen, ctx, job, out, report.cpu_s)
         except Cancelled:
             return []
