@@ -286,7 +286,7 @@ def test_a_tenant_session_reaches_no_admin_page(page: Any, server: ConsoleServer
     _, key = tenant(server, "acme")
     log_in(page, server, key=key)
     expect(page.get_by_test_id("who")).to_contain_text("tenant key")
-    expect(page.locator("header nav a")).to_have_text(["Gallery", "Videos"])
+    expect(page.locator("header nav a")).to_have_text(["Gallery", "Projects", "Videos"])
     for path in ("dlq", "dashboard", "tasks?id=x", "dlq/1"):
         response = page.goto(f"{server.url}/console/{path}")
         assert response is not None and response.status == 403, path

@@ -11,7 +11,13 @@ truly needs it, and keep each name's home module the owner.
 from __future__ import annotations
 
 from aigc_hub.interfaces.http.auth import AdminPrincipal, hub_of, not_found, state_of
-from aigc_hub.interfaces.http.idempotency import FoldedIdempotency, Idempotency, IdempotentRoute
+from aigc_hub.interfaces.http.idempotency import (
+    FoldedIdempotency,
+    Idempotency,
+    IdempotentRoute,
+    KeyHeader,
+    parse_key,
+)
 from aigc_hub.interfaces.http.limits import LimitedTenant, admit
 from aigc_hub.interfaces.http.problems import Problem
 
@@ -20,10 +26,12 @@ __all__ = [
     "FoldedIdempotency",
     "Idempotency",
     "IdempotentRoute",
+    "KeyHeader",
     "LimitedTenant",
     "Problem",
     "admit",
     "hub_of",
     "not_found",
+    "parse_key",
     "state_of",
 ]

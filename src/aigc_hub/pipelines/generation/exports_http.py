@@ -10,7 +10,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request, Response
 
 from aigc_hub.interfaces.http import kit
-from aigc_hub.interfaces.http.idempotency import KeyHeader, parse_key
 
 from . import exports
 from .state import STATE, Generation
@@ -53,10 +52,10 @@ async def request_export(
     who: kit.LimitedTenant,
     gen: GenerationState,
     response: Response,
-    idempotency_key: KeyHeader = None,
+    idempotency_key: kit.KeyHeader = None,
 ) -> exports.ExportView:
     assert who.tenant_id is not None
-    key = parse_key(idempotency_key)
+    key = kit.parse_key(idempotency_key)
     seen, created = await exports.request_export(
         gen, tenant_id=who.tenant_id, project_id=project_id, body=body, idempotency_key=key
     )

@@ -65,8 +65,8 @@ class BlobNodeCache:
     tenant is never another's), and past ``bound`` bytes (the whole cache, every tenant's)
     the least recently used go when an export ends (:meth:`evict`)."""
 
-    def __init__(self, gen: Generation, tenant_id: str) -> None:
-        self.gen, self.tenant_id = gen, tenant_id
+    def __init__(self, gen: Generation, tenant_id: str, ctx: HandlerContext) -> None:
+        self.gen, self.tenant_id, self.ctx = gen, tenant_id, ctx
         self.bound = gen.settings.render_cache_bytes
 
     def _scoped(self, key: str) -> str:
@@ -83,12 +83,17 @@ class BlobNodeCache:
     async def has(self, key: str) -> bool:
         if await self._row(key) is None:
             return False
-        async with self.gen.hub.transaction() as conn:
+        now = self.gen.hub.clock.now_ms()
+
+        async def touch(conn: AsyncConnection) -> None:
             await conn.execute(
                 render_cache.update()
                 .where(render_cache.c.cache_key == self._scoped(key))
-                .values(last_used_at=self.gen.hub.clock.now_ms())
+                .values(last_used_at=now)
             )
+
+        # cache bookkeeping, not a fact of the export: the eviction of other exports reads it
+        await self.ctx.checkpoint("render cache: a node was used", touch)
         return True
 
     async def fetch(self, key: str, dest: Path) -> None:
@@ -112,7 +117,8 @@ class BlobNodeCache:
         object_key = f"render-cache/{self.tenant_id}/{scoped}"
         stored = await blobs.put(object_key, file_chunks(path), "application/octet-stream")
         now = self.gen.hub.clock.now_ms()
-        async with self.gen.hub.transaction() as conn:
+
+        async def record(conn: AsyncConnection) -> None:
             await conn.execute(
                 dialect_of(conn)
                 .insert(render_cache)
@@ -126,6 +132,10 @@ class BlobNodeCache:
                 )
                 .on_conflict_do_nothing()
             )
+
+        # now, not at the export's commit: the next node reads it, and a crash must not
+        # leave the stored object unnamed (the eviction could never find it)
+        await self.ctx.checkpoint("render cache: a node's output was stored", record)
 
     async def evict(self) -> None:
         """Forget the least recently used nodes until the cache is within its bound. Called
@@ -149,12 +159,16 @@ class BlobNodeCache:
             total -= int(row.size_bytes)
 
     async def _forget(self, scoped: str) -> None:
-        async with self.gen.hub.transaction() as conn:
-            object_key = await conn.scalar(
+        async def drop(conn: AsyncConnection) -> object:
+            return await conn.scalar(
                 sa.delete(render_cache)
                 .where(render_cache.c.cache_key == scoped)
                 .returning(render_cache.c.object_key)
             )
+
+        # the row goes before the object: a crash between leaves an object nothing names
+        # (space, not a wrong read), never a row naming a missing object
+        object_key = await self.ctx.checkpoint("render cache: a node is evicted", drop)
         if object_key is not None and self.gen.hub.blobs is not None:
             await self.gen.hub.blobs.delete(str(object_key))
 
@@ -204,7 +218,7 @@ async def on_render(gen: Generation, env: Envelope, ctx: HandlerContext) -> list
         await _end(gen, ctx, job_id, ExportStatus.FAILED, reason=str(exc)[:300])
         return []
     await _update(gen, ctx, job_id, "running", status=ExportStatus.RUNNING, nodes_ran=0)
-    cache = BlobNodeCache(gen, tenant_id)
+    cache = BlobNodeCache(gen, tenant_id, ctx)
     counts = {"ran": 0, "reused": 0}
 
     async def on_node(node: RenderNode, how: str) -> None:
