@@ -189,6 +189,11 @@ class Hub:
         # pipeline; the dict holds states of several types, so their type is restored here.
         return cast(S, started.state)
 
+    def running_state(self, key: StateKey[S]) -> S | None:
+        """The state of the pipeline ``key`` names, or None when this hub does not run it
+        (pages and tools that serve whichever pipelines are loaded)."""
+        return self.state_of(key) if key.name in self.started else None
+
     def relays(self) -> list[Relay]:
         """The relay, plus extra ones where the store lets several claim at once (PostgreSQL's
         SKIP LOCKED): one publishes while another claims, so a broker round trip (``acks=all``)

@@ -81,13 +81,13 @@ def _p(values: list[int], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
-async def _saturate(url: str, key: str, folder: Path) -> tuple[str, list[str]]:
+async def _saturate(url: str, key: str, root: Path) -> tuple[str, list[str]]:
     """Upload clips, then queue RENDER_SLOTS + 2 long full-HD exports and wait until every
     render slot is busy; the project's exports path and the export ids."""
     async with httpx.AsyncClient(
         base_url=url, headers={"Authorization": f"Bearer {key}"}, trust_env=False, timeout=30
     ) as api:
-        ids = await uploaded(api, sources(folder))
+        ids = await uploaded(api, sources(root))
         long = timeline(ids[:3], ids[3], "Under load")
         long["output"]["duration_ms"] = 300_000  # black after 8 s: minutes of work at 1080p
         long["texts"][0]["end_ms"] = 300_000
@@ -129,11 +129,9 @@ def test_a_saturated_render_pool_keeps_generation_status_latency(
 ) -> None:
     url, env = hub
     key = _tenant(env, tmp_path, "studio")
-    folder = tmp_path / "sources"
-    folder.mkdir()
 
     idle_ids = asyncio.run(_generate(url, key, "idle"))
-    exports, export_ids = asyncio.run(_saturate(url, key, folder))
+    exports, export_ids = asyncio.run(_saturate(url, key, tmp_path))
     loaded_ids = asyncio.run(_generate(url, key, "loaded"))
     asyncio.run(_still_saturated_then_cancel(url, key, exports, export_ids))
 

@@ -22,7 +22,7 @@ from aigc_hub.pipelines.generation.pipeline import pipeline as generation
 from aigc_hub.pipelines.generation.settings import GenerationSettings
 from aigc_hub.pipelines.generation.state import build
 from tests.browser.harness import ConsoleServer, log_in
-from tests.integration.test_generation_exports import sources, timeline, uploaded
+from tests.integration.test_generation_exports import WORKERS, sources, timeline, uploaded
 from tests.support.provider import require_ffmpeg
 
 pytestmark = [pytest.mark.browser, pytest.mark.ffmpeg]
@@ -34,8 +34,7 @@ def server(sqlite_url: str, tmp_path: Path) -> Iterator[ConsoleServer]:
     settings = GenerationSettings(providers="local", callback_base_url="http://127.0.0.1:9")
     pipeline = generation.with_state(lambda hub, _s: build(hub, settings, adapters=[]))
     blobs = LocalBlobStore(tmp_path / "blobs", secret=b"test-blob-secret")
-    groups = ["generation-media", "generation-render"]
-    with ConsoleServer(sqlite_url, [pipeline], groups=groups, blobs=blobs) as running:
+    with ConsoleServer(sqlite_url, [pipeline], groups=list(WORKERS), blobs=blobs) as running:
         yield running
 
 
@@ -71,9 +70,7 @@ def test_a_tenant_edits_saves_exports_and_plays_a_project(
 ) -> None:
     _, key = server.call(lambda hub: tenancy.create_tenant(hub.engine, "studio"))
     _, other_key = server.call(lambda hub: tenancy.create_tenant(hub.engine, "other"))
-    folder = tmp_path / "sources"
-    folder.mkdir()
-    files = sources(folder)
+    files = sources(tmp_path)
     # on the server's loop: playwright's sync API runs a loop in this thread
     project_id = server.call(lambda _hub: a_project(server, key, files), timeout=120)
 

@@ -35,8 +35,16 @@ def ffmpeg(*args: str) -> None:
     )
 
 
-def sources(folder: Path) -> list[Path]:
-    """Three 4 s clips (no sound) and a 10 s clip whose sound is the music."""
+#: The consumer groups an export needs: the render worker, and the media worker (uploads,
+#: the export's playback variants).
+WORKERS = ("generation-media", "generation-render")
+
+
+def sources(root: Path) -> list[Path]:
+    """Three 4 s clips (no sound) and a 10 s clip whose sound is the music, under
+    ``root/sources``."""
+    folder = root / "sources"
+    folder.mkdir(exist_ok=True)
     made = []
     for pattern in ("testsrc2", "smptebars", "rgbtestsrc"):
         path = folder / f"{pattern}.mp4"
@@ -126,11 +134,8 @@ def probe(path: Path) -> dict[str, Any]:
 async def test_a_timeline_exports_once_per_click_reuses_unchanged_nodes_and_names_a_failed_one(
     db_url: str, tmp_path: Path
 ) -> None:
-    folder = tmp_path / "sources"
-    folder.mkdir()
-    files = sources(folder)
-    groups = ("generation-media", "generation-render")
-    async with asset_stack(db_url, tmp_path, groups=groups, render_node_backoff_s=0.01) as stack:
+    files = sources(tmp_path)
+    async with asset_stack(db_url, tmp_path, groups=WORKERS, render_node_backoff_s=0.01) as stack:
         key = await stack.tenant("studio")
         other = await stack.tenant("other")
         async with stack.client(key) as api, stack.client(other) as stranger:
@@ -228,11 +233,8 @@ def ffmpeg_children() -> list[psutil.Process]:
 async def test_cancelling_a_running_export_stops_its_ffmpeg(
     sqlite_url: str, tmp_path: Path
 ) -> None:
-    folder = tmp_path / "sources"
-    folder.mkdir()
-    files = sources(folder)
-    groups = ("generation-media", "generation-render")
-    async with asset_stack(sqlite_url, tmp_path, groups=groups) as stack:
+    files = sources(tmp_path)
+    async with asset_stack(sqlite_url, tmp_path, groups=WORKERS) as stack:
         key = await stack.tenant("studio")
         async with stack.client(key) as api:
             ids = await uploaded(api, files)
@@ -262,13 +264,10 @@ async def test_cancelling_a_running_export_stops_its_ffmpeg(
 async def test_the_project_commands_export_and_wait_for_an_export(
     sqlite_url: str, tmp_path: Path
 ) -> None:
-    folder = tmp_path / "sources"
-    folder.mkdir()
-    files = sources(folder)
+    files = sources(tmp_path)
     runner = CliRunner()
-    groups = ("generation-media", "generation-render")
     async with asset_stack(
-        sqlite_url, tmp_path, groups=groups, render_node_attempts=1, render_variants=""
+        sqlite_url, tmp_path, groups=WORKERS, render_node_attempts=1, render_variants=""
     ) as stack:
         key = await stack.tenant("studio")
         async with stack.client(key) as api:
@@ -327,13 +326,10 @@ async def _notes_until_ended(reader: FrameReader, export_id: str) -> list[dict[s
 async def test_progress_per_node_reaches_the_event_stream_and_the_cache_keeps_its_bound(
     sqlite_url: str, tmp_path: Path
 ) -> None:
-    folder = tmp_path / "sources"
-    folder.mkdir()
-    files = sources(folder)
-    groups = ("generation-media", "generation-render")
+    files = sources(tmp_path)
     # a bound below one export's nodes: every node goes once the export has its file
     async with asset_stack(
-        sqlite_url, tmp_path, groups=groups, render_variants="poster", render_cache_bytes=1
+        sqlite_url, tmp_path, groups=WORKERS, render_variants="poster", render_cache_bytes=1
     ) as stack:
         key = await stack.tenant("studio")
         async with stack.client(key) as api:

@@ -38,9 +38,7 @@ router = APIRouter(route_class=ConsoleRoute)
 
 def _generation(hub: Hub) -> Generation | None:
     """The hub's generation state, or None when the pipeline does not run here."""
-    if not any(p.name == STATE.name for p in hub.pipelines) or STATE.name not in hub.started:
-        return None
-    return hub.state_of(STATE)
+    return hub.running_state(STATE)
 
 
 async def _project_row(hub: Hub, project_id: str, scope: str | None) -> Mapping[str, Any] | None:

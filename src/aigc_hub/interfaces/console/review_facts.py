@@ -35,7 +35,7 @@ EXCERPT_BYTES = 4096
 
 def avcc_of(hub: Hub) -> Avcc | None:
     """The hub's avcc state, or None when this hub does not run avcc."""
-    return hub.state_of(STATE) if STATE.name in hub.started else None
+    return hub.running_state(STATE)
 
 
 def audit_target(record_id: int) -> str:

@@ -40,9 +40,7 @@ LIVE_MAX_S = 3600.0
 
 def _vistack(hub: Hub) -> Vistack | None:
     """The hub's vistack state, or None when the pipeline does not run here."""
-    if not any(p.name == STATE.name for p in hub.pipelines) or STATE.name not in hub.started:
-        return None
-    return hub.state_of(STATE)
+    return hub.running_state(STATE)
 
 
 async def _video(hub: Hub, video_id: str, scope: str | None) -> Mapping[str, Any] | None:

@@ -271,6 +271,36 @@ async def request_export(
     return view(row), created
 
 
+async def load_job(conn: AsyncConnection, job_id: str) -> dict[str, Any] | None:
+    """The ``render_jobs`` row ``job_id`` as it is now, or None."""
+    found = await conn.execute(sa.select(render_jobs).where(render_jobs.c.id == job_id))
+    row = found.mappings().first()
+    return None if row is None else dict(row)
+
+
+async def move_job(
+    conn: AsyncConnection,
+    job_id: str,
+    *,
+    while_in: Sequence[ExportStatus],
+    now: int,
+    kind: str = "status",
+    **values: Any,
+) -> Envelope | None:
+    """Set ``values`` on the export while it is in one of ``while_in``; the notification of
+    its new state, or None when it had moved on (cancelled, ended) and nothing changed."""
+    moved = await conn.execute(
+        render_jobs.update()
+        .where(render_jobs.c.id == job_id, render_jobs.c.status.in_([s.value for s in while_in]))
+        .values(updated_at=now, **values)
+    )
+    if moved.rowcount != 1:
+        return None
+    row = await load_job(conn, job_id)
+    assert row is not None
+    return notification(row, now, kind=kind)
+
+
 async def _job(
     conn: AsyncConnection, tenant_id: str, project_id: str, export_id: str
 ) -> dict[str, Any]:
@@ -322,15 +352,17 @@ async def cancel_export(
     export already ended is answered as it is."""
     hub = gen.hub
     now = hub.clock.now_ms()
-    t = render_jobs
     async with hub.transaction() as conn:
         await _job(conn, tenant_id, project_id, export_id)
-        moved = await conn.execute(
-            t.update()
-            .where(t.c.id == export_id, t.c.status.in_([s.value for s in OPEN]))
-            .values(status=ExportStatus.CANCELLED, current_node=None, updated_at=now)
+        note = await move_job(
+            conn,
+            export_id,
+            while_in=OPEN,
+            now=now,
+            status=ExportStatus.CANCELLED,
+            current_node=None,
         )
+        if note is not None:
+            await hub.outbox.add(conn, [note])
         row = await _job(conn, tenant_id, project_id, export_id)
-        if moved.rowcount == 1:
-            await hub.outbox.add(conn, [notification(row, now)])
     return view(row)

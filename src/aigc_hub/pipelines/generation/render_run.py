@@ -177,7 +177,7 @@ class FolderCache:
         return self._path(key).is_file()
 
     async def fetch(self, key: str, dest: Path) -> None:
-        await asyncio.to_thread(_link_or_copy, self._path(key), dest)
+        await asyncio.to_thread(link_or_copy, self._path(key), dest)
 
     async def keep(self, key: str, path: Path) -> None:
         await asyncio.to_thread(_copy_whole, path, self._path(key))
@@ -190,7 +190,8 @@ def _copy_whole(source: Path, dest: Path) -> None:
     os.replace(partial, dest)
 
 
-def _link_or_copy(source: Path, dest: Path) -> None:
+def link_or_copy(source: Path, dest: Path) -> None:
+    """``dest`` as a hard link of ``source`` (no bytes copied), or a copy across devices."""
     try:
         os.link(source, dest)
     except OSError:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from aigc_hub.blobs.base import download
@@ -24,24 +23,17 @@ from aigc_hub.pipelines.generation import assets as asset_service
 from aigc_hub.pipelines.generation import events, exports
 from aigc_hub.pipelines.generation.exports import ExportStatus
 from aigc_hub.pipelines.generation.handlers.media_variants import made_profiles, make
-from aigc_hub.pipelines.generation.models import render_jobs
 from aigc_hub.pipelines.generation.state import Generation
 from aigc_hub.reliability.outbox import Routed
 from aigc_hub.runtime.context import HandlerContext
 from aigc_hub.store.engine import reader
 
 
-async def _job(conn: AsyncConnection, job_id: str) -> dict[str, Any] | None:
-    found = await conn.execute(sa.select(render_jobs).where(render_jobs.c.id == job_id))
-    row = found.mappings().first()
-    return None if row is None else dict(row)
-
-
 async def process_export(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:
     """Make the rendered export's missing playback variants, then end it (see the module)."""
     rendered = ctx.payload_as(events.ExportRendered)
     async with reader(gen.hub.engine) as conn:
-        job = await _job(conn, rendered.job_id)
+        job = await exports.load_job(conn, rendered.job_id)
         source = await asset_service.load(conn, rendered.asset_id)
         made = await made_profiles(conn, rendered.asset_id)
     if (
@@ -82,20 +74,15 @@ def _end(
     job_id = str(job["id"])
 
     async def record(conn: AsyncConnection) -> list[Envelope | Routed]:
-        moved = await conn.execute(
-            render_jobs.update()
-            .where(render_jobs.c.id == job_id, render_jobs.c.status == ExportStatus.RUNNING)
-            .values(
-                status=status,
-                status_reason=None if reason is None else reason[:300],
-                current_node=None,
-                updated_at=now,
-            )
+        note = await exports.move_job(
+            conn,
+            job_id,
+            while_in=(ExportStatus.RUNNING,),
+            now=now,
+            status=status,
+            status_reason=None if reason is None else reason[:300],
+            current_node=None,
         )
-        if moved.rowcount != 1:
-            return []
-        row = await _job(conn, job_id)
-        assert row is not None
-        return [exports.notification(row, now)]
+        return [] if note is None else [note]
 
     ctx.write(record)

@@ -65,9 +65,12 @@ class BlobNodeCache:
     tenant is never another's), and past ``bound`` bytes (the whole cache, every tenant's)
     the least recently used go when an export ends (:meth:`evict`)."""
 
-    def __init__(self, gen: Generation, tenant_id: str, ctx: HandlerContext) -> None:
+    def __init__(self, gen: Generation, tenant_id: str, ctx: HandlerContext, local: Path) -> None:
         self.gen, self.tenant_id, self.ctx = gen, tenant_id, ctx
         self.bound = gen.settings.render_cache_bytes
+        #: Nodes this export made or fetched, kept in its scratch folder: the next node reads
+        #: them from there instead of downloading from the store what was just uploaded.
+        self.local = local
 
     def _scoped(self, key: str) -> str:
         return hashlib.sha256(f"{self.tenant_id}:{key}".encode()).hexdigest()
@@ -81,22 +84,36 @@ class BlobNodeCache:
         return None if row is None else dict(row)
 
     async def has(self, key: str) -> bool:
-        if await self._row(key) is None:
-            return False
+        """True when the node is cached; marks it used (the eviction's order)."""
         now = self.gen.hub.clock.now_ms()
 
-        async def touch(conn: AsyncConnection) -> None:
-            await conn.execute(
+        async def touch(conn: AsyncConnection) -> bool:
+            used = await conn.execute(
                 render_cache.update()
                 .where(render_cache.c.cache_key == self._scoped(key))
                 .values(last_used_at=now)
             )
+            return bool(used.rowcount == 1)
 
-        # cache bookkeeping, not a fact of the export: the eviction of other exports reads it
-        await self.ctx.checkpoint("render cache: a node was used", touch)
-        return True
+        # cache bookkeeping, not a fact of the export: other exports' eviction reads it
+        return await self.ctx.checkpoint("render cache: a node was used", touch)
+
+    async def cached(self, keys: list[str]) -> set[str]:
+        """Which of ``keys`` are cached (one read; marks nothing used)."""
+        scoped = {self._scoped(k): k for k in keys}
+        async with reader(self.gen.hub.engine) as conn:
+            found = await conn.execute(
+                sa.select(render_cache.c.cache_key).where(
+                    render_cache.c.cache_key.in_(list(scoped))
+                )
+            )
+            return {scoped[k] for k in found.scalars()}
 
     async def fetch(self, key: str, dest: Path) -> None:
+        here = self.local / self._scoped(key)
+        if await asyncio.to_thread(here.is_file):
+            await asyncio.to_thread(render_run.link_or_copy, here, dest)
+            return
         row = await self._row(key)
         blobs = self.gen.hub.blobs
         assert blobs is not None  # checked by the handler
@@ -116,6 +133,7 @@ class BlobNodeCache:
         scoped = self._scoped(key)
         object_key = f"render-cache/{self.tenant_id}/{scoped}"
         stored = await blobs.put(object_key, file_chunks(path), "application/octet-stream")
+        await asyncio.to_thread(render_run.link_or_copy, path, self.local / scoped)
         now = self.gen.hub.clock.now_ms()
 
         async def record(conn: AsyncConnection) -> None:
@@ -133,8 +151,7 @@ class BlobNodeCache:
                 .on_conflict_do_nothing()
             )
 
-        # now, not at the export's commit: the next node reads it, and a crash must not
-        # leave the stored object unnamed (the eviction could never find it)
+        # now, not at the export's commit: the next node of this export reads it
         await self.ctx.checkpoint("render cache: a node's output was stored", record)
 
     async def evict(self) -> None:
@@ -173,15 +190,6 @@ class BlobNodeCache:
             await self.gen.hub.blobs.delete(str(object_key))
 
 
-async def _load(conn: AsyncConnection, job_id: str) -> dict[str, Any] | None:
-    row = (
-        (await conn.execute(sa.select(render_jobs).where(render_jobs.c.id == job_id)))
-        .mappings()
-        .first()
-    )
-    return None if row is None else dict(row)
-
-
 async def on_render(gen: Generation, env: Envelope, ctx: HandlerContext) -> list[Envelope]:
     """``render.execute``: render one export (see the module)."""
     if env.event_type != events.RENDER_REQUESTED:
@@ -189,7 +197,7 @@ async def on_render(gen: Generation, env: Envelope, ctx: HandlerContext) -> list
     job_id = ctx.payload_as(events.RenderRequested).job_id
     hub = gen.hub
     async with ctx.read() as conn:
-        job = await _load(conn, job_id)
+        job = await exports.load_job(conn, job_id)
         revision = None
         if job is not None:
             revision = (
@@ -215,10 +223,9 @@ async def on_render(gen: Generation, env: Envelope, ctx: HandlerContext) -> list
         async with reader(hub.engine) as conn:
             graph = await exports.graph_of(conn, tenant_id, timeline, job["render_profile"])
     except render_graph.InvalidRenderInput as exc:  # a source deleted since the request
-        await _end(gen, ctx, job_id, ExportStatus.FAILED, reason=str(exc)[:300])
+        _end(gen, ctx, job_id, ExportStatus.FAILED, reason=str(exc)[:300])
         return []
     await _update(gen, ctx, job_id, "running", status=ExportStatus.RUNNING, nodes_ran=0)
-    cache = BlobNodeCache(gen, tenant_id, ctx)
     counts = {"ran": 0, "reused": 0}
 
     async def on_node(node: RenderNode, how: str) -> None:
@@ -234,6 +241,8 @@ async def on_render(gen: Generation, env: Envelope, ctx: HandlerContext) -> list
         )
 
     async with scratch_dir(gen.scratch_root()) as scratch:
+        await asyncio.to_thread((scratch / "made").mkdir)
+        cache = BlobNodeCache(gen, tenant_id, ctx, scratch / "made")
         try:
             sources = await _sources(gen, graph, cache, scratch)
             report = await _run_watched(gen, job_id, graph, sources, cache, scratch, on_node)
@@ -244,11 +253,9 @@ async def on_render(gen: Generation, env: Envelope, ctx: HandlerContext) -> list
         except Cancelled:
             return []
         except render_run.NodeFailed as exc:
-            await _end(
-                gen, ctx, job_id, ExportStatus.FAILED, reason=exc.reason, failed_node=exc.node_id
-            )
+            _end(gen, ctx, job_id, ExportStatus.FAILED, reason=exc.reason, failed_node=exc.node_id)
         except MediaRefused as exc:  # the made file did not probe: the render's fault
-            await _end(gen, ctx, job_id, ExportStatus.FAILED, reason=f"{exc.code}: {exc}"[:300])
+            _end(gen, ctx, job_id, ExportStatus.FAILED, reason=f"{exc.code}: {exc}"[:300])
     return []
 
 
@@ -256,7 +263,9 @@ async def _sources(
     gen: Generation, graph: RenderGraph, cache: BlobNodeCache, scratch: Path
 ) -> dict[str, Path]:
     """The source assets of the nodes not in the cache, downloaded into ``scratch``."""
-    wanted = {n.source for n in graph.nodes if n.source and not await cache.has(n.key)}
+    with_source = [n for n in graph.nodes if n.source]
+    cached = await cache.cached([n.key for n in with_source])
+    wanted = {n.source for n in with_source if n.source and n.key not in cached}
     found: dict[str, Path] = {}
     if not wanted:
         return found
@@ -329,23 +338,18 @@ async def _update(
     now = gen.hub.clock.now_ms()
 
     async def note(conn: AsyncConnection) -> bool:
-        moved = await conn.execute(
-            render_jobs.update()
-            .where(render_jobs.c.id == job_id, render_jobs.c.status.in_([s.value for s in OPEN]))
-            .values(updated_at=now, **values)
+        moved = await exports.move_job(
+            conn, job_id, while_in=OPEN, now=now, kind="progress", **values
         )
-        if moved.rowcount != 1:
-            return False
-        row = await _load(conn, job_id)
-        assert row is not None
-        await gen.hub.outbox.add(conn, [exports.notification(row, now, kind="progress")])
-        return True
+        if moved is not None:
+            await gen.hub.outbox.add(conn, [moved])
+        return moved is not None
 
     if not await ctx.checkpoint(f"the export's progress: {why}", note):
         raise Cancelled(job_id)
 
 
-async def _end(
+def _end(
     gen: Generation,
     ctx: HandlerContext,
     job_id: str,
@@ -362,24 +366,19 @@ async def _end(
     async def record(conn: AsyncConnection) -> list[Envelope | Routed]:
         if asset is not None:
             await conn.execute(assets.insert().values(**asset))
-        moved = await conn.execute(
-            render_jobs.update()
-            .where(render_jobs.c.id == job_id, render_jobs.c.status.in_([s.value for s in OPEN]))
-            .values(
-                status=status,
-                status_reason=reason,
-                failed_node=failed_node,
-                asset_id=None if asset is None else asset["id"],
-                current_node=None,
-                cpu_ms=cpu_ms,
-                updated_at=now,
-            )
+        note = await exports.move_job(
+            conn,
+            job_id,
+            while_in=OPEN,
+            now=now,
+            status=status,
+            status_reason=reason,
+            failed_node=failed_node,
+            asset_id=None if asset is None else asset["id"],
+            current_node=None,
+            cpu_ms=cpu_ms,
         )
-        if moved.rowcount != 1:
-            return []
-        row = await _load(conn, job_id)
-        assert row is not None
-        return [exports.notification(row, now)]
+        return [] if note is None else [note]
 
     ctx.write(record)
 
@@ -425,23 +424,26 @@ async def _finish(
     }
     job_id, cpu_ms = str(job["id"]), round(cpu_s * 1000)
     if not gen.settings.render_variant_list():
-        await _end(gen, ctx, job_id, ExportStatus.SUCCEEDED, asset=asset, cpu_ms=cpu_ms)
+        _end(gen, ctx, job_id, ExportStatus.SUCCEEDED, asset=asset, cpu_ms=cpu_ms)
         return
 
     async def record(conn: AsyncConnection) -> list[Envelope | Routed]:
         await conn.execute(assets.insert().values(**asset))
-        moved = await conn.execute(
-            render_jobs.update()
-            .where(render_jobs.c.id == job_id, render_jobs.c.status == ExportStatus.RUNNING)
-            .values(asset_id=asset_id, current_node=VARIANTS, cpu_ms=cpu_ms, updated_at=now)
+        note = await exports.move_job(
+            conn,
+            job_id,
+            while_in=(ExportStatus.RUNNING,),
+            now=now,
+            kind="progress",
+            asset_id=asset_id,
+            current_node=VARIANTS,
+            cpu_ms=cpu_ms,
         )
-        if moved.rowcount != 1:  # cancelled meanwhile: the file stays an asset of the project
+        if note is None:  # cancelled meanwhile: the file stays an asset of the project
             return []
-        row = await _load(conn, job_id)
-        assert row is not None
         rendered = events.ExportRendered(job_id=job_id, asset_id=asset_id)
         return [
-            exports.notification(row, now, kind="progress"),
+            note,
             Envelope.new(
                 events.EXPORT_RENDERED,
                 rendered.model_dump(),
